@@ -1,0 +1,29 @@
+"""The add-on: ``ADDONS = {"scrapy_leased.Addon": 100}`` turns the plugin on."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .config import LeasedConfig
+from .dupefilter import LeasedDupeFilter
+from .middleware import LeasedFailureMiddleware
+from .scheduler import LeasedScheduler
+
+if TYPE_CHECKING:
+    from scrapy.settings import Settings
+
+#: Next to the engine, so it sees only final download outcomes (after retries).
+FAILURE_MIDDLEWARE_ORDER = 10
+
+
+class Addon:
+    """Sets the leased scheduler, dupefilter and middleware at "addon" priority, so a
+    project can still override each of them, and validates every LEASED_* setting."""
+
+    def update_settings(self, settings: Settings) -> None:
+        LeasedConfig.from_settings(settings)  # fail fast, naming the bad setting
+        settings.set("SCHEDULER", LeasedScheduler, "addon")
+        settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")
+        settings.set_in_component_priority_dict(
+            "DOWNLOADER_MIDDLEWARES", LeasedFailureMiddleware, FAILURE_MIDDLEWARE_ORDER
+        )

@@ -1,0 +1,146 @@
+"""All ``LEASED_*`` settings, parsed and validated once."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapy.settings import BaseSettings
+
+# Defaults, with their unit in the name.
+LEASE_SECONDS = 30.0
+MAX_ATTEMPTS = 4
+SWEEP_INTERVAL_SECONDS = 2.0
+IDLE_POLL_SECONDS = 0.2
+WORKER_TTL_SECONDS = 30.0
+SEEN_BUCKET_BITS = 14
+RECOVER_BATCH = 500
+EMBEDDED_DIR = ".scrapy/leased-redis"
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+_CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")
+
+
+class LeasedConfigError(ValueError):
+    """A ``LEASED_*`` setting has a bad value; the message names it."""
+
+
+def _number(settings: BaseSettings, name: str, default: float, *, minimum: float,
+            integer: bool = False, exclusive: bool = True) -> Any:
+    raw = settings.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+        if integer and float(raw) != value:
+            raise ValueError
+    except (TypeError, ValueError):
+        kind = "an integer" if integer else "a number"
+        raise LeasedConfigError(f"{name} ({raw!r}) must be {kind}.") from None
+    if value < minimum or (exclusive and value == minimum):
+        bound = "higher than" if exclusive else "at least"
+        raise LeasedConfigError(f"{name} ({raw!r}) must be {bound} {minimum}.")
+    return value
+
+
+def _bool(settings: BaseSettings, name: str, default: bool) -> bool:
+    try:
+        return settings.getbool(name, default)
+    except ValueError:
+        raise LeasedConfigError(
+            f"{name} ({settings.get(name)!r}) must be a boolean (True/False, 1/0)."
+        ) from None
+
+
+def check_redis_url(url: str, name: str = "LEASED_REDIS_URL") -> str:
+    scheme = urlsplit(url).scheme
+    if scheme not in REDIS_SCHEMES:
+        raise LeasedConfigError(
+            f"{name} ({url!r}) must be a redis://, rediss:// (TLS) or unix:// URL."
+        )
+    return url
+
+
+@dataclass(frozen=True)
+class LeasedConfig:
+    redis_url: str | None
+    crawl_id: str | None
+    lease_seconds: float
+    renew_interval: float
+    sweep_interval: float
+    max_attempts: int
+    idle_poll: float
+    keep_alive: bool
+    worker_ttl: float
+    seen_bucket_bits: int
+    recover_batch: int
+    prefetch: int
+    fail_http_codes: frozenset[int]
+    embedded_dir: Path
+    embedded_server: str | None
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> LeasedConfig:
+        url = settings.get("LEASED_REDIS_URL") or None
+        if url is not None:
+            if not isinstance(url, str):
+                raise LeasedConfigError(f"LEASED_REDIS_URL ({url!r}) must be a string.")
+            check_redis_url(url)
+        crawl_id = settings.get("LEASED_CRAWL_ID") or None
+        if crawl_id is not None and not (
+            isinstance(crawl_id, str) and _CRAWL_ID_RE.match(crawl_id)
+        ):
+            raise LeasedConfigError(
+                f"LEASED_CRAWL_ID ({crawl_id!r}) must be a non-empty string without "
+                "spaces or braces (it becomes the keys' {hash tag})."
+            )
+        lease = _number(settings, "LEASED_LEASE_SECONDS", LEASE_SECONDS, minimum=1,
+                        exclusive=False)
+        renew = _number(settings, "LEASED_RENEW_INTERVAL", lease / 3, minimum=0)
+        if renew >= lease:
+            raise LeasedConfigError(
+                f"LEASED_RENEW_INTERVAL ({renew!r}) must be lower than "
+                f"LEASED_LEASE_SECONDS ({lease!r}), or leases expire between renewals."
+            )
+        codes = settings.getlist("LEASED_FAIL_HTTP_CODES")
+        try:
+            fail_codes = frozenset(int(c) for c in codes)
+        except (TypeError, ValueError):
+            raise LeasedConfigError(
+                f"LEASED_FAIL_HTTP_CODES ({codes!r}) must be a list of HTTP status codes."
+            ) from None
+        return cls(
+            redis_url=url,
+            crawl_id=crawl_id,
+            lease_seconds=lease,
+            renew_interval=renew,
+            sweep_interval=_number(settings, "LEASED_SWEEP_INTERVAL",
+                                   SWEEP_INTERVAL_SECONDS, minimum=0),
+            max_attempts=_number(settings, "LEASED_MAX_ATTEMPTS", MAX_ATTEMPTS,
+                                 minimum=1, integer=True, exclusive=False),
+            idle_poll=_number(settings, "LEASED_IDLE_POLL", IDLE_POLL_SECONDS, minimum=0),
+            keep_alive=_bool(settings, "LEASED_KEEP_ALIVE", False),
+            worker_ttl=_number(settings, "LEASED_WORKER_TTL", WORKER_TTL_SECONDS, minimum=0),
+            seen_bucket_bits=_seen_bits(settings),
+            recover_batch=_number(settings, "LEASED_RECOVER_BATCH", RECOVER_BATCH,
+                                  minimum=1, integer=True, exclusive=False),
+            prefetch=_number(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,
+                             exclusive=False),
+            fail_http_codes=fail_codes,
+            embedded_dir=Path(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR),
+            embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
+        )
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_seconds * 1000)
+
+
+def _seen_bits(settings: BaseSettings) -> int:
+    bits = _number(settings, "LEASED_SEEN_BUCKET_BITS", SEEN_BUCKET_BITS, minimum=0,
+                   integer=True, exclusive=False)
+    if bits > 16:
+        raise LeasedConfigError(f"LEASED_SEEN_BUCKET_BITS ({bits!r}) must be at most 16.")
+    return bits

@@ -1,0 +1,80 @@
+"""Every Redis key name of a crawl, in one place.
+
+All keys of one crawl share the hash tag ``{crawl_id}``, so on Redis Cluster they live
+in one slot and every Lua script can touch them together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KEY_PREFIX = "leased"
+
+
+@dataclass(frozen=True)
+class CrawlKeys:
+    """The key names of one crawl: ``leased:{<crawl id>}:<name>``."""
+
+    crawl_id: str
+
+    def _key(self, name: str) -> str:
+        return f"{KEY_PREFIX}:{{{self.crawl_id}}}:{name}"
+
+    @property
+    def prefix(self) -> str:
+        """Every key of this crawl starts with this (used by ``reset``)."""
+        return self._key("")
+
+    @property
+    def queue(self) -> str:
+        """ZSET: queued envelopes, score -priority, member <seq hex><envelope>."""
+        return self._key("queue")
+
+    @property
+    def seq(self) -> str:
+        """STRING: counter giving queue order and request ids (rid)."""
+        return self._key("seq")
+
+    @property
+    def tokens(self) -> str:
+        """STRING: claim counter; each claim's token (also a fencing token)."""
+        return self._key("tokens")
+
+    @property
+    def leases(self) -> str:
+        """ZSET: claim token -> lease deadline in ms of Redis server time."""
+        return self._key("leases")
+
+    @property
+    def inflight(self) -> str:
+        """HASH: claim token -> envelope being processed."""
+        return self._key("inflight")
+
+    @property
+    def done(self) -> str:
+        """BITMAP: bit rid is set once request rid was processed."""
+        return self._key("done")
+
+    @property
+    def dead(self) -> str:
+        """HASH: rid -> dead letter JSON {reason, attempts, envelope, t}."""
+        return self._key("dead")
+
+    @property
+    def stats(self) -> str:
+        """HASH: crawl-wide counters (enqueued, claimed, acked, done, dead, ...)."""
+        return self._key("stats")
+
+    @property
+    def workers(self) -> str:
+        """ZSET: worker id -> last heartbeat in ms of Redis server time."""
+        return self._key("workers")
+
+    @property
+    def meta(self) -> str:
+        """HASH: the crawl's fixed parameters (seen-set layout), checked at open."""
+        return self._key("meta")
+
+    def seen_bucket(self, bucket: int) -> str:
+        """SET of 64-bit integers: fingerprints whose top bits equal ``bucket``."""
+        return self._key(f"seen:{bucket:x}")

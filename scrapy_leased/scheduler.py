@@ -1,0 +1,427 @@
+"""The leased Scrapy scheduler (``SCHEDULER``): the frontier lives in Redis.
+
+A worker claims requests in batches (each claim is a lease with a token), hands them
+to the engine, and settles each claim once Scrapy has fully processed it: downloaded,
+callback run, its items through the pipelines, the requests it yielded written to
+Redis. Then the claim is acked, or failed when the download finally failed, the
+callback raised or a pipeline raised. Retries and redirects continue the same claim
+in this worker. A heartbeat renews the leases; any worker requeues expired ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy import Request, Spider, signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import DontCloseSpider
+from scrapy.http import Response
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.reactor import is_asyncio_reactor_installed
+from twisted.python.failure import Failure as TwistedFailure
+
+from . import signals as leased_signals
+from .codec import PayloadError, decode_request, encode_request
+from .config import LeasedConfig
+from .connection import LeasedRedisError, connect, redact
+from .dupefilter import LeasedDupeFilter
+from .frontier import ClaimResult, CommitResult, Envelope, Failure, Frontier, NewRequest
+from .keys import CrawlKeys
+from .middleware import describe
+from .writer import Batch, CommitWriter
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+#: request.meta key holding the claim token (also the fencing token) of a request
+#: this worker is processing. Copied by retries and redirects; never stored.
+META_CLAIM = "_leased_claim"
+RETRY_CAP_SECONDS = 2.0
+
+
+def claim_token(request: Request) -> int | None:
+    """The claim token (a crawl-wide, only-growing fencing token) of a request."""
+    return request.meta.get(META_CLAIM)
+
+
+class _Claim:
+    __slots__ = ("token", "rid", "outstanding", "failure", "permanent", "lost")
+
+    def __init__(self, token: int, rid: int) -> None:
+        self.token = token
+        self.rid = rid
+        self.outstanding = 1  # request objects of this claim not yet finished by Scrapy
+        self.failure: str | None = None
+        self.permanent = False
+        self.lost = False
+
+
+class _FinishHook(set):  # type: ignore[type-arg]
+    """Stands in for the engine's set of in-progress requests: Scrapy removes a
+    request from it exactly when it has fully processed it (download, callback,
+    items through pipelines, child requests handed to the scheduler)."""
+
+    def __init__(self, items: set[Request], on_remove: Any) -> None:
+        super().__init__(items)
+        self._on_remove = on_remove
+
+    def remove(self, request: Request) -> None:
+        super().remove(request)
+        self._on_remove(request)
+
+
+class LeasedScheduler(BaseScheduler):
+    def __init__(self, crawler: Crawler, config: LeasedConfig, dupefilter: Any) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.df = dupefilter
+        self.stats = crawler.stats
+        self.concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+        self.frontier: Frontier | None = None
+        self.writer: CommitWriter | None = None
+        self.spider: Spider | None = None
+        self._claims: dict[int, _Claim] = {}
+        self._ready: deque[tuple[Request, _Claim]] = deque()  # claimed, not yet started
+        self._local: deque[tuple[Request, _Claim]] = deque()  # retries, redirects
+        self._handed: dict[Request, _Claim] = {}  # handed to the engine, not finished
+        self._tasks: list[asyncio.Task[None]] = []
+        self._kick: asyncio.Event | None = None
+        self._nextcall: Any = None
+        self._closing = False
+        self._drained_seen_at = -1  # writer generation at which the frontier looked drained
+        self._warned: set[str] = set()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        config = LeasedConfig.from_settings(crawler.settings)
+        df_cls = load_object(crawler.settings["DUPEFILTER_CLASS"])
+        return cls(crawler, config, build_from_crawler(df_cls, crawler))
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def open(self, spider: Spider) -> Deferred[None]:
+        return deferred_from_coro(self._open(spider))
+
+    async def _open(self, spider: Spider) -> None:
+        if not is_asyncio_reactor_installed():
+            raise LeasedRedisError(
+                "scrapy_leased needs TWISTED_REACTOR = "
+                "'twisted.internet.asyncioreactor.AsyncioSelectorReactor' (Scrapy's default)"
+            )
+        self.spider = spider
+        url = self.config.redis_url
+        setting = "LEASED_REDIS_URL"
+        if url is None:
+            from .embedded import ensure_embedded_redis
+
+            url = await asyncio.to_thread(ensure_embedded_redis, self.config.embedded_dir,
+                                          self.config.embedded_server)
+            setting = "embedded Redis (LEASED_REDIS_URL not set)"
+            logger.info("No LEASED_REDIS_URL: using the embedded Redis at %(url)s", {"url": url})
+        try:
+            client = await connect(url, setting)
+        except LeasedRedisError as exc:
+            logger.error("%(error)s", {"error": exc})
+            raise
+        keys = CrawlKeys(self.config.crawl_id or spider.name)
+        self.frontier = Frontier(client, keys, lease_ms=self.config.lease_ms,
+                                 max_attempts=self.config.max_attempts,
+                                 recover_batch=self.config.recover_batch)
+        await self.frontier.check_layout(self.config.seen_bucket_bits)
+        self.writer = CommitWriter(self.frontier, self._on_commit)
+        self._install_finish_hook()
+        sig = self.crawler.signals
+        sig.connect(self._on_spider_idle, signals.spider_idle)
+        sig.connect(self._on_spider_error, signals.spider_error)
+        sig.connect(self._on_item_error, signals.item_error)
+        sig.connect(self._on_request_failed, leased_signals.request_failed)
+        self._kick = asyncio.Event()
+        self._tasks = [asyncio.ensure_future(t) for t in
+                       (self._claim_loop(), self._renew_loop(), self._sweep_loop())]
+        logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
+                    {"crawl": keys.crawl_id, "url": redact(url), "worker": self.worker_id})
+
+    def _install_finish_hook(self) -> None:
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None)
+        if slot is None or not isinstance(getattr(slot, "inprogress", None), set) or not hasattr(
+            slot, "nextcall"
+        ):
+            import scrapy
+
+            raise RuntimeError(
+                f"scrapy_leased cannot follow request completion in Scrapy {scrapy.__version__}"
+                " (engine slot without 'inprogress'/'nextcall'); supported: Scrapy 2.13-2.19"
+            )
+        slot.inprogress = _FinishHook(slot.inprogress, self._on_request_finished)
+        self._nextcall = slot.nextcall
+
+    def close(self, reason: str) -> Deferred[None] | None:
+        if self.frontier is None:
+            return None
+        return deferred_from_coro(self._close(reason))
+
+    async def _close(self, reason: str) -> None:
+        assert self.frontier is not None and self.writer is not None
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if not await self.writer.drain(timeout=max(30.0, self.config.lease_seconds)):
+            logger.error("Could not write everything to Redis before closing; the claims "
+                         "concerned return to the queue when their leases expire")
+        # Claims still here were never started (or wait for a retry): give them back.
+        tokens = list(self._claims)
+        try:
+            released = await self.frontier.release(self.worker_id, tokens)
+        except (RedisError, OSError) as exc:
+            logger.error("Could not release %(n)d claims (%(exc)s); they return to the queue "
+                         "when their leases expire", {"n": len(tokens), "exc": exc})
+        else:
+            self.stats.inc_value("leased/released", released)
+            if released:
+                logger.info("Released %(n)d unstarted requests back to the queue",
+                            {"n": released})
+        self._claims.clear()
+        self._ready.clear()
+        self._local.clear()
+        await self.frontier.client.aclose()
+
+    # -- Scrapy's scheduler interface -----------------------------------------------
+
+    def has_pending_requests(self) -> bool:
+        return bool(self._ready or self._local)
+
+    def enqueue_request(self, request: Request) -> bool:
+        token = request.meta.get(META_CLAIM)
+        if token is not None:
+            claim = self._claims.get(token)
+            if claim is not None:  # a retry or redirect: same claim, never dedupe-dropped
+                claim.outstanding += 1
+                self._local.append((request, claim))
+                self._wake_engine()
+                return True
+            del request.meta[META_CLAIM]  # copied from a finished claim: a new request
+        assert self.writer is not None and self.spider is not None
+        try:
+            payload = encode_request(request, self.spider)
+        except PayloadError as exc:
+            self.stats.inc_value("leased/unserializable")
+            logger.error("Dropped a request that cannot be stored: %(error)s", {"error": exc},
+                         extra={"spider": self.spider})
+            return False
+        if request.dont_filter and not request.meta.get("is_start_request"):
+            new = NewRequest(payload, request.priority)
+        elif isinstance(self.df, LeasedDupeFilter):
+            bucket, member = self.df.seen_key(request)
+            new = NewRequest(payload, request.priority, bucket, member)
+        elif self.df.request_seen(request):
+            return False
+        else:
+            new = NewRequest(payload, request.priority)
+        self.writer.add_request(new, request)
+        self.stats.inc_value("leased/enqueue_sent")
+        return True
+
+    def next_request(self) -> Request | None:
+        if self._local:
+            request, claim = self._local.popleft()
+        elif self._ready:
+            request, claim = self._ready.popleft()
+        else:
+            self._want_claims()
+            return None
+        self._handed[request] = claim
+        if self._kick is not None and len(self._ready) < self.concurrency // 2:
+            self._kick.set()
+        return request
+
+    # -- completion ------------------------------------------------------------------
+
+    def _on_request_finished(self, request: Request) -> None:
+        claim = self._handed.pop(request, None)
+        if claim is None:
+            return
+        claim.outstanding -= 1
+        if claim.outstanding == 0:
+            self._settle(claim)
+
+    def _settle(self, claim: _Claim) -> None:
+        assert self.writer is not None
+        self._claims.pop(claim.token, None)
+        if claim.failure is None:
+            self.writer.add_ack(claim.token, claim.rid)
+        else:
+            self.writer.add_fail(Failure(claim.token, claim.failure, claim.permanent))
+        if self._kick is not None:
+            self._kick.set()
+
+    def _mark_failed(self, request: Request | None, reason: str) -> None:
+        if request is None:
+            return
+        claim = self._claims.get(request.meta.get(META_CLAIM))  # type: ignore[arg-type]
+        if claim is not None and claim.failure is None:
+            claim.failure = reason
+
+    def _on_request_failed(self, request: Request, reason: str) -> None:
+        self._mark_failed(request, reason)
+
+    def _on_spider_error(self, failure: TwistedFailure, response: Any, spider: Spider) -> None:
+        self._mark_failed(_request_of(response), f"callback error: {describe(failure.value)}")
+
+    def _on_item_error(self, item: Any, response: Any, spider: Spider,
+                       failure: TwistedFailure) -> None:
+        self._mark_failed(_request_of(response), f"item pipeline error: {describe(failure.value)}")
+
+    def _on_commit(self, batch: Batch, result: CommitResult) -> None:
+        stats = self.stats
+        for tag, queued in zip(batch.tags, result.queued):
+            if queued:
+                stats.inc_value("leased/enqueued")
+            elif isinstance(self.df, LeasedDupeFilter) and isinstance(tag, Request):
+                self.df.log(tag, self.spider)
+        for flags in result.acks:
+            stats.inc_value("leased/acked" if flags & 1 else "leased/acked_stale")
+        for outcome in result.fails:
+            stats.inc_value(("leased/failed_stale", "leased/failed", "leased/dead")[outcome])
+
+    # -- claiming --------------------------------------------------------------------
+
+    def _capacity(self) -> int:
+        busy = len(self._handed) + len(self._ready) + len(self._local)
+        return self.concurrency + self.config.prefetch - busy
+
+    def _want_claims(self) -> None:
+        if self._kick is not None and self._capacity() > 0:
+            self._kick.set()
+
+    def _wake_engine(self) -> None:
+        if self._nextcall is not None:
+            self._nextcall.schedule()
+
+    async def _claim_loop(self) -> None:
+        assert self.frontier is not None and self.writer is not None and self._kick
+        delay = 0.05
+        while not self._closing:
+            want = self._capacity()
+            if want > 0:
+                generation = self.writer.generation
+                try:
+                    result = await self.frontier.claim(want, self.worker_id)
+                except (RedisError, OSError) as exc:
+                    self._warn_once("claim", "Cannot claim from Redis, retrying: %s", exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_CAP_SECONDS)
+                    continue
+                delay = 0.05
+                self._warned.discard("claim")
+                self._absorb(result)
+                if result.claims:
+                    self._wake_engine()
+                    if len(result.claims) == want:
+                        continue
+                elif result.queued == 0 and result.leases == 0 and not self.writer.pending \
+                        and generation == self.writer.generation:
+                    self._drained_seen_at = generation
+                    self._wake_engine()  # lets the engine notice it is idle and ask to close
+            self._kick.clear()
+            try:
+                await asyncio.wait_for(self._kick.wait(), self.config.idle_poll)
+            except asyncio.TimeoutError:
+                pass
+
+    def _absorb(self, result: ClaimResult) -> None:
+        assert self.spider is not None and self.writer is not None
+        for token, env in result.claims:
+            claim = _Claim(token, env.rid)
+            try:
+                request = decode_request(env.payload, self.spider, env.priority)
+            except PayloadError as exc:
+                self.stats.inc_value("leased/undecodable")
+                logger.error("Dead-lettering stored request %(rid)d: %(error)s",
+                             {"rid": env.rid, "error": exc})
+                self.writer.add_fail(Failure(token, str(exc), permanent=True))
+                continue
+            request.meta[META_CLAIM] = token
+            self._claims[token] = claim
+            self._ready.append((request, claim))
+            self.stats.inc_value("leased/claimed")
+            if env.attempts:
+                self.stats.inc_value("leased/claimed_retry")
+
+    def _on_spider_idle(self, spider: Spider) -> None:
+        if self.config.keep_alive or self._closing:
+            if not self._closing:
+                raise DontCloseSpider
+            return
+        assert self.writer is not None
+        busy = self._claims or self.writer.pending
+        if busy or self._drained_seen_at != self.writer.generation:
+            self._want_claims()
+            raise DontCloseSpider
+
+    # -- heartbeat and recovery ------------------------------------------------------
+
+    async def _renew_loop(self) -> None:
+        assert self.frontier is not None
+        while not self._closing:
+            await asyncio.sleep(self.config.renew_interval)
+            try:
+                lost = await self.frontier.renew(self.worker_id, list(self._claims))
+            except (RedisError, OSError) as exc:
+                self._warn_once("renew", "Cannot renew leases in Redis, retrying: %s", exc)
+                continue
+            self._warned.discard("renew")
+            self.stats.inc_value("leased/renewals")
+            for token in lost:
+                claim = self._claims.get(token)
+                if claim is not None and not claim.lost:
+                    claim.lost = True
+                    self.stats.inc_value("leased/lease_lost")
+                    logger.warning("Lost the lease of claim %(token)d (this worker was too slow "
+                                   "or paused); another worker may process it again",
+                                   {"token": token})
+
+    async def _sweep_loop(self) -> None:
+        assert self.frontier is not None
+        while not self._closing:
+            try:
+                requeued, dead, left = await self.frontier.recover()
+            except (RedisError, OSError) as exc:
+                self._warn_once("sweep", "Cannot recover expired leases, retrying: %s", exc)
+                await asyncio.sleep(self.config.sweep_interval)
+                continue
+            self._warned.discard("sweep")
+            if requeued or dead:
+                self.stats.inc_value("leased/recovered", requeued)
+                self.stats.inc_value("leased/recovered_dead", dead)
+                logger.info("Recovered %(n)d expired leases (%(dead)d to dead letters)",
+                            {"n": requeued + dead, "dead": dead})
+                if self._kick is not None:
+                    self._kick.set()
+            if not left:
+                await asyncio.sleep(self.config.sweep_interval)
+
+    def _warn_once(self, kind: str, msg: str, exc: BaseException) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            logger.warning(msg, exc)
+
+
+def _request_of(response: Any) -> Request | None:
+    if isinstance(response, Response):
+        return response.request
+    return getattr(response, "request", None)  # a Failure from a download error

@@ -1,0 +1,113 @@
+"""Batches a worker's writes (new requests, acks, failures) into commit calls.
+
+Everything buffered while one commit is in flight goes into the next one, so under
+load many pages share a round trip. Writes are applied in order, and within a commit
+new requests land before the acks: a claim is acked only once the requests its
+callback yielded are in Redis. A commit that fails (Redis down) is retried with
+backoff; nothing buffered is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from .frontier import CommitResult, Failure, Frontier, NewRequest
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCH = 500  # requests per commit call
+RETRY_CAP_SECONDS = 2.0
+
+
+@dataclass
+class Batch:
+    enqueue: list[NewRequest]
+    tags: list[object]  # one per enqueue, handed back with the results
+    acks: list[tuple[int, int]]
+    fails: list[Failure]
+
+
+class CommitWriter:
+    def __init__(self, frontier: Frontier,
+                 on_result: Callable[[Batch, CommitResult], None]) -> None:
+        self.frontier = frontier
+        self.on_result = on_result
+        self._batch = Batch([], [], [], [])
+        self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.generation = 0  # completed commits, to tell fresh observations from stale
+        self._warned = False
+
+    @property
+    def pending(self) -> bool:
+        return not self._idle.is_set()
+
+    def add_request(self, request: NewRequest, tag: object) -> None:
+        self._batch.enqueue.append(request)
+        self._batch.tags.append(tag)
+        self._kick()
+
+    def add_ack(self, token: int, rid: int) -> None:
+        self._batch.acks.append((token, rid))
+        self._kick()
+
+    def add_fail(self, failure: Failure) -> None:
+        self._batch.fails.append(failure)
+        self._kick()
+
+    def _kick(self) -> None:
+        self._idle.clear()
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    def _take(self) -> Batch:
+        b = self._batch
+        n = MAX_BATCH
+        if len(b.enqueue) <= n:
+            self._batch = Batch([], [], [], [])
+            return b
+        # Oversized: send requests first, acks only with the last slice of requests.
+        head = Batch(b.enqueue[:n], b.tags[:n], [], [])
+        self._batch = Batch(b.enqueue[n:], b.tags[n:], b.acks, b.fails)
+        return head
+
+    async def _run(self) -> None:
+        delay = 0.05
+        while self._batch.enqueue or self._batch.acks or self._batch.fails:
+            batch = self._take()
+            try:
+                result = await self.frontier.commit(batch.enqueue, batch.acks, batch.fails)
+            except (RedisError, OSError) as exc:
+                self._put_back(batch)
+                if not self._warned:
+                    logger.warning("Cannot write to Redis, retrying (nothing is dropped): %s", exc)
+                    self._warned = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_CAP_SECONDS)
+                continue
+            if self._warned:
+                logger.info("Writing to Redis again")
+                self._warned = False
+            delay = 0.05
+            self.generation += 1
+            self.on_result(batch, result)
+        self._idle.set()
+
+    def _put_back(self, batch: Batch) -> None:
+        b = self._batch
+        self._batch = Batch(batch.enqueue + b.enqueue, batch.tags + b.tags,
+                            batch.acks + b.acks, batch.fails + b.fails)
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait until everything buffered is written; False on timeout."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
