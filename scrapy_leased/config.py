@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
+from scrapy.utils.project import data_path
 
 # Defaults, with their unit in the name.
 LEASE_SECONDS = 30.0
@@ -18,7 +19,7 @@ IDLE_POLL_SECONDS = 0.2
 WORKER_TTL_SECONDS = 30.0
 SEEN_BUCKET_BITS = 14
 RECOVER_BATCH = 500
-EMBEDDED_DIR = ".scrapy/leased-redis"
+EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (scrapy.utils.project.data_path)
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 _CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")
 
@@ -129,7 +130,7 @@ class LeasedConfig:
             prefetch=_number(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,
                              exclusive=False),
             fail_http_codes=fail_codes,
-            embedded_dir=Path(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR),
+            embedded_dir=Path(data_path(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR)),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
         )
 

@@ -16,17 +16,19 @@ from .scripts import register
 
 @dataclass(frozen=True)
 class Envelope:
-    """A request as stored: ``<rid>|<attempts>|<priority>|<payload>``."""
+    """A request as stored: ``<rid>|<attempts>|<expiries>|<priority>|<payload>``
+    (see lua/lib_settle.lua)."""
 
     rid: int
     attempts: int
+    expiries: int
     priority: int
     payload: str
 
     @classmethod
     def parse(cls, raw: str) -> Envelope:
-        rid, attempts, priority, payload = raw.split("|", 3)
-        return cls(int(rid), int(attempts), int(priority), payload)
+        rid, attempts, expiries, priority, payload = raw.split("|", 4)
+        return cls(int(rid), int(attempts), int(expiries), int(priority), payload)
 
 
 @dataclass(frozen=True)

@@ -96,10 +96,15 @@ class LeasedScheduler(BaseScheduler):
         self._claims: dict[int, _Claim] = {}
         self._ready: deque[tuple[Request, _Claim]] = deque()  # claimed, not yet started
         self._local: deque[tuple[Request, _Claim]] = deque()  # retries, redirects
+        # Requests whose lease expired before (their worker died holding them) run
+        # alone, so a request that crashes its worker is the only one charged for it.
+        self._suspects: deque[tuple[Request, _Claim]] = deque()
+        self._isolated: _Claim | None = None
         self._handed: dict[Request, _Claim] = {}  # handed to the engine, not finished
         self._tasks: list[asyncio.Task[None]] = []
         self._kick: asyncio.Event | None = None
         self._nextcall: Any = None
+        self._engine_slot: Any = None
         self._closing = False
         self._drained_seen_at = -1  # writer generation at which the frontier looked drained
         self._warned: set[str] = set()
@@ -168,6 +173,7 @@ class LeasedScheduler(BaseScheduler):
             )
         slot.inprogress = _FinishHook(slot.inprogress, self._on_request_finished)
         self._nextcall = slot.nextcall
+        self._engine_slot = slot
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.frontier is None:
@@ -198,12 +204,13 @@ class LeasedScheduler(BaseScheduler):
         self._claims.clear()
         self._ready.clear()
         self._local.clear()
+        self._suspects.clear()
         await self.frontier.client.aclose()
 
     # -- Scrapy's scheduler interface -----------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        return bool(self._ready or self._local)
+        return bool(self._ready or self._local or self._suspects)
 
     def enqueue_request(self, request: Request) -> bool:
         token = request.meta.get(META_CLAIM)
@@ -239,6 +246,13 @@ class LeasedScheduler(BaseScheduler):
     def next_request(self) -> Request | None:
         if self._local:
             request, claim = self._local.popleft()
+        elif self._isolated is not None:
+            return None
+        elif self._suspects:
+            if self._handed:
+                return None  # let the requests in flight finish first
+            request, claim = self._suspects.popleft()
+            self._isolated = claim
         elif self._ready:
             request, claim = self._ready.popleft()
         else:
@@ -262,6 +276,9 @@ class LeasedScheduler(BaseScheduler):
     def _settle(self, claim: _Claim) -> None:
         assert self.writer is not None
         self._claims.pop(claim.token, None)
+        if claim is self._isolated:
+            self._isolated = None
+            self._wake_engine()
         if claim.failure is None:
             self.writer.add_ack(claim.token, claim.rid)
         else:
@@ -301,7 +318,9 @@ class LeasedScheduler(BaseScheduler):
     # -- claiming --------------------------------------------------------------------
 
     def _capacity(self) -> int:
-        busy = len(self._handed) + len(self._ready) + len(self._local)
+        if self._engine_slot is not None and self._engine_slot.closing is not None:
+            return 0  # the engine is shutting down: claim nothing new
+        busy = len(self._handed) + len(self._ready) + len(self._local) + len(self._suspects)
         return self.concurrency + self.config.prefetch - busy
 
     def _want_claims(self) -> None:
@@ -357,10 +376,13 @@ class LeasedScheduler(BaseScheduler):
                 continue
             request.meta[META_CLAIM] = token
             self._claims[token] = claim
-            self._ready.append((request, claim))
             self.stats.inc_value("leased/claimed")
             if env.attempts:
                 self.stats.inc_value("leased/claimed_retry")
+            if env.expiries:
+                self._suspects.append((request, claim))
+            else:
+                self._ready.append((request, claim))
 
     def _on_spider_idle(self, spider: Spider) -> None:
         if self.config.keep_alive or self._closing:

@@ -23,7 +23,7 @@ for _ = 1, n_enq do
   if bucket == 0 or redis.call('SADD', KEYS[bucket], ARGV[a + 1]) == 1 then
     local seq = redis.call('INCR', KEYS[2])
     redis.call('ZADD', KEYS[1], -tonumber(ARGV[a + 2]),
-      string.format('%012x', seq) .. seq .. '|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 3])
+      string.format('%012x', seq) .. seq .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 3])
     out[#out + 1] = 1
     queued = queued + 1
   else
@@ -56,7 +56,7 @@ if n_fail > 0 then
       redis.call('HDEL', KEYS[5], token)
       redis.call('HINCRBY', KEYS[3], 'failed', 1)
       out[#out + 1] = 1 + settle_failure(keys, env, ARGV[a + 1], max_attempts,
-        ARGV[a + 2] == '1', now)
+        ARGV[a + 2] == '1', now, 0)
     else
       out[#out + 1] = 0
     end

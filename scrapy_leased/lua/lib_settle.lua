@@ -1,16 +1,19 @@
 -- Shared helpers, prepended by Python to the scripts that settle leases
 -- (commit.lua, recover.lua, claim.lua). Not a script on its own.
 --
--- An envelope is "<rid>|<attempts>|<priority>|<payload>":
+-- An envelope is "<rid>|<attempts>|<expiries>|<priority>|<payload>":
 --   rid       request id, fixed at first enqueue (the done bitmap's offset)
 --   attempts  failed or expired processing attempts so far
+--   expiries  how many of those were lease expiries (its worker died while holding it:
+--             workers process such a request alone, so a crash is charged to the
+--             request that causes it, not to those that happened to be in flight)
 --   priority  Scrapy priority (integer); the queue's score is -priority
 --   payload   the request as JSON (opaque here)
 -- A queue member is "<12 hex digits of a fresh sequence number><envelope>":
 -- equal scores sort by member, so one priority is FIFO.
 
 local function parse_envelope(env)
-  return string.match(env, '^(%d+)|(%d+)|(%-?%d+)|(.*)$')
+  return string.match(env, '^(%d+)|(%d+)|(%d+)|(%-?%d+)|(.*)$')
 end
 
 local function queue_push(queue_key, seq_key, env, priority, front)
@@ -25,9 +28,10 @@ end
 
 -- Count one failed attempt of an envelope taken out of processing; requeue it at the
 -- back of its priority, or park it in the dead letters once max_attempts is reached
--- (at once when permanent). Returns 1 when parked, 0 when requeued.
-local function settle_failure(keys, env, reason, max_attempts, permanent, now_ms)
-  local rid, attempts, priority, payload = parse_envelope(env)
+-- (at once when permanent). expired is 1 when the lease expired, else 0.
+-- Returns 1 when parked, 0 when requeued.
+local function settle_failure(keys, env, reason, max_attempts, permanent, now_ms, expired)
+  local rid, attempts, expiries, priority, payload = parse_envelope(env)
   if not rid then
     redis.call('HSET', keys.dead, 'malformed:' .. redis.sha1hex(env), cjson.encode({
       reason = 'malformed envelope: ' .. string.sub(reason, 1, 400), attempts = 0,
@@ -36,15 +40,16 @@ local function settle_failure(keys, env, reason, max_attempts, permanent, now_ms
     return 1
   end
   attempts = tonumber(attempts) + 1
+  expiries = tonumber(expiries) + expired
   if permanent or attempts >= max_attempts then
     redis.call('HSET', keys.dead, rid, cjson.encode({
       reason = string.sub(reason, 1, 500), attempts = attempts,
-      envelope = rid .. '|0|' .. priority .. '|' .. payload, t = now_ms}))
+      envelope = rid .. '|0|0|' .. priority .. '|' .. payload, t = now_ms}))
     redis.call('HINCRBY', keys.stats, 'dead', 1)
     return 1
   end
-  queue_push(keys.queue, keys.seq, rid .. '|' .. attempts .. '|' .. priority .. '|' .. payload,
-    priority, false)
+  queue_push(keys.queue, keys.seq,
+    rid .. '|' .. attempts .. '|' .. expiries .. '|' .. priority .. '|' .. payload, priority, false)
   return 0
 end
 

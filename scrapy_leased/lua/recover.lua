@@ -15,7 +15,7 @@ for _, token in ipairs(expired) do
   redis.call('HDEL', KEYS[5], token)
   if env then
     if settle_failure(keys, env, 'lease expired: its worker died or stalled', tonumber(ARGV[2]),
-        false, now) == 1 then
+        false, now, 1) == 1 then
       dead = dead + 1
     else
       requeued = requeued + 1

@@ -10,7 +10,7 @@ for i = 2, #ARGV do
   if redis.call('ZREM', KEYS[4], ARGV[i]) == 1 then
     local env = redis.call('HGET', KEYS[5], ARGV[i])
     redis.call('HDEL', KEYS[5], ARGV[i])
-    local rid, _, priority = parse_envelope(env)
+    local rid, _, _, priority = parse_envelope(env)
     if rid then
       queue_push(KEYS[1], KEYS[2], env, priority, true)
       released = released + 1
