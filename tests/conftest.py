@@ -1,0 +1,113 @@
+"""Shared fixtures for the scrapy_leased tests.
+
+redis_server   session  RedisServer, no AOF (share it; keep tests apart with crawl_id)
+redis_aof      function RedisServer with AOF (appendfsync always), for restart/crash tests
+crawl_id       function unique crawl id string, "t-<testname>-<random>"
+site           function Site(pages=200), started
+make_site      function factory make_site(pages=200, ports=1, log_path=None, **kw) -> Site (started)
+make_site_process function factory make_site_process(pages=500, ports=1, log_path=None, **kw)
+                        -> SiteProcess (the site in a subprocess; log only in the file)
+start_worker   function WorkerFactory: start_worker(redis_url, crawl_id, start_url,
+                        settings={}, args={}, name="w1", env=None, record=True) -> Worker
+worker         function alias of start_worker
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support.redis_server import RedisServer
+from tests.support.site import Site, SiteProcess
+from tests.support.workers import WorkerFactory
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    # remember each phase's report so fixtures can tell whether the test failed
+    rep = yield
+    setattr(item, f"rep_{rep.when}", rep)
+    return rep
+
+
+def _test_failed(request) -> bool:
+    rep = getattr(request.node, "rep_call", None)
+    return rep is None or rep.failed
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    srv = RedisServer(appendonly=False).start()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def redis_aof():
+    srv = RedisServer(appendonly=True).start()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def crawl_id(request) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:60]
+    return f"t-{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def make_site():
+    sites: list[Site] = []
+
+    def make(pages: int = 200, ports: int = 1, log_path=None, **kwargs) -> Site:
+        s = Site(pages=pages, ports=ports, log_path=log_path, **kwargs).start()
+        sites.append(s)
+        return s
+
+    yield make
+    for s in sites:
+        s.stop()
+
+
+@pytest.fixture
+def site(make_site) -> Site:
+    return make_site(pages=200)
+
+
+@pytest.fixture
+def make_site_process(tmp_path: Path):
+    procs: list[SiteProcess] = []
+
+    def make(pages: int = 500, ports: int = 1, log_path=None, **kwargs) -> SiteProcess:
+        if log_path is None:
+            log_path = tmp_path / f"site-{len(procs) + 1}.jsonl"
+        p = SiteProcess(pages=pages, log_path=log_path, ports=ports, **kwargs).start()
+        procs.append(p)
+        return p
+
+    yield make
+    for p in procs:
+        p.stop()
+
+
+@pytest.fixture
+def start_worker(request, tmp_path: Path):
+    factory = WorkerFactory(tmp_path)
+    yield factory
+    failed = _test_failed(request)
+    factory.cleanup()
+    if failed and factory.workers:
+        # shown under "Captured stdout teardown" of the failing test
+        print(factory.report())
+
+
+@pytest.fixture
+def worker(start_worker):
+    return start_worker

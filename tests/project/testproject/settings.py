@@ -1,0 +1,32 @@
+"""Settings of the fault-test Scrapy project (run from tests/project).
+
+Set the env var TESTPROJECT_NO_ADDON=1 (or pass ``-s ADDONS={}``) to run
+without the scrapy_leased add-on, i.e. a plain single-process Scrapy crawl.
+"""
+
+import os
+
+BOT_NAME = "testproject"
+
+SPIDER_MODULES = ["testproject.spiders"]
+NEWSPIDER_MODULE = "testproject.spiders"
+
+if os.environ.get("TESTPROJECT_NO_ADDON", "") not in ("", "0"):
+    ADDONS = {}
+else:
+    ADDONS = {"scrapy_leased.Addon": 100}
+
+ROBOTSTXT_OBEY = False
+LOG_LEVEL = "INFO"
+TELNETCONSOLE_ENABLED = False
+CONCURRENT_REQUESTS = 16
+DOWNLOAD_DELAY = 0
+
+ITEM_PIPELINES = {"testproject.pipelines.RecordPipeline": 500}
+
+# RecordPipeline: append items as JSON lines here (unset -> no-op);
+# RECORD_DELAY seconds before writing, only for item URLs containing
+# RECORD_DELAY_PATH if that is set.
+RECORD_PATH = None
+RECORD_DELAY = 0
+RECORD_DELAY_PATH = None

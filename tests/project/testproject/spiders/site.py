@@ -1,0 +1,50 @@
+import asyncio
+import os
+
+import scrapy
+
+
+class SiteSpider(scrapy.Spider):
+    """Crawls the test site (tests/support/site.py) by following every link.
+
+    Spider args (all optional except start_url):
+
+    - ``start_url``: one URL or several comma-separated.
+    - ``worker``: worker name, copied into every item.
+    - ``slow_path`` / ``slow_seconds``: for URLs containing slow_path, the
+      callback awaits ``asyncio.sleep(slow_seconds)`` (default 1) before yielding.
+    - ``raise_path``: the callback raises ``RuntimeError("boom <url>")``.
+    - ``exit_path``: the callback calls ``os._exit(3)`` (hard worker crash).
+    """
+
+    name = "site"
+
+    def __init__(self, start_url=None, worker=None, slow_path=None, slow_seconds="1",
+                 raise_path=None, exit_path=None, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not start_url:
+            raise ValueError("spider 'site' needs -a start_url=URL[,URL...]")
+        self.start_urls = [u.strip() for u in start_url.split(",") if u.strip()]
+        self.worker = worker
+        self.slow_path = slow_path or None
+        self.slow_seconds = float(slow_seconds)
+        self.raise_path = raise_path or None
+        self.exit_path = exit_path or None
+
+    # start(): Scrapy's default, i.e. Request(url, dont_filter=True) per start_urls entry
+
+    async def parse(self, response):
+        url = response.url
+        if self.exit_path and self.exit_path in url:
+            os._exit(3)
+        if self.raise_path and self.raise_path in url:
+            raise RuntimeError(f"boom {url}")
+        if self.slow_path and self.slow_path in url:
+            await asyncio.sleep(self.slow_seconds)
+        yield {
+            "url": url,
+            "title": response.css("title::text").get(),
+            "worker": self.worker,
+        }
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
