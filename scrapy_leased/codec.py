@@ -112,7 +112,7 @@ def decode_request(payload: str, spider: Spider, priority: int = 0) -> Request:
         if "h" in d:
             kwargs["headers"] = d["h"]
         if "b" in d:
-            kwargs["body"] = base64.b64decode(d["b"])
+            kwargs["body"] = base64.b64decode(d["b"], validate=True)
         kwargs["callback"] = _resolve(spider, d.get("cb"), "callback")
         kwargs["errback"] = _resolve(spider, d.get("eb"), "errback")
         cls = _request_class(d["cls"]) if "cls" in d else Request

@@ -105,12 +105,12 @@ class LeasedConfig:
                 f"LEASED_RENEW_INTERVAL ({renew!r}) must be lower than "
                 f"LEASED_LEASE_SECONDS ({lease!r}), or leases expire between renewals."
             )
-        codes = settings.getlist("LEASED_FAIL_HTTP_CODES")
         try:
-            fail_codes = frozenset(int(c) for c in codes)
+            fail_codes = frozenset(int(c) for c in settings.getlist("LEASED_FAIL_HTTP_CODES"))
         except (TypeError, ValueError):
+            raw = settings.get("LEASED_FAIL_HTTP_CODES")
             raise LeasedConfigError(
-                f"LEASED_FAIL_HTTP_CODES ({codes!r}) must be a list of HTTP status codes."
+                f"LEASED_FAIL_HTTP_CODES ({raw!r}) must be a list of HTTP status codes."
             ) from None
         return cls(
             redis_url=url,
@@ -143,5 +143,6 @@ def _seen_bits(settings: BaseSettings) -> int:
     bits = _number(settings, "LEASED_SEEN_BUCKET_BITS", SEEN_BUCKET_BITS, minimum=0,
                    integer=True, exclusive=False)
     if bits > 16:
-        raise LeasedConfigError(f"LEASED_SEEN_BUCKET_BITS ({bits!r}) must be at most 16.")
+        raw = settings.get("LEASED_SEEN_BUCKET_BITS")
+        raise LeasedConfigError(f"LEASED_SEEN_BUCKET_BITS ({raw!r}) must be at most 16.")
     return bits

@@ -13,6 +13,8 @@ Routes (any query string is accepted and ignored unless documented):
 ``/p/{i}``            page i (0 <= i < pages), else 404.
 ``/slow/{i}?s=SEC``   sleeps SEC seconds (float, default 1) then serves page i.
 ``/status/{code}``    answers with that HTTP status code (small HTML body).
+``/redirect/{i}``     302 to ``/p/{i}``.
+``/flaky/{key}?fail=N``  503 for the first N requests of that key, then 200.
 anything else         404.
 
 Page i has ``<title>page {i}</title>`` and links (relative, ``/p/{j}``) to its
@@ -95,9 +97,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # we keep our own structured log
 
-    def _send(self, status: int, body: bytes, content_type: str = "text/html; charset=utf-8") -> None:
+    def _send(self, status: int, body: bytes, content_type: str = "text/html; charset=utf-8",
+              headers: dict[str, str] | None = None) -> None:
         self.site._record(self, status)
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -130,6 +135,16 @@ class _Handler(BaseHTTPRequestHandler):
                     seconds = 1.0
                 time.sleep(max(0.0, seconds))
                 return self._send(200, page_html(i, pages))
+        elif len(parts) == 2 and parts[0] == "redirect":
+            i = self._page_index(parts[1])
+            if i is not None:
+                return self._send(302, b"", headers={"Location": f"/p/{i}"})
+        elif len(parts) == 2 and parts[0] == "flaky":
+            # /flaky/KEY?fail=N: 503 for the first N requests of KEY, then a page
+            fail = int(parse_qs(split.query).get("fail", ["1"])[0])
+            if self.site._hit(parts[1]) <= fail:
+                return self._send(503, b"<html><body>try again</body></html>\n")
+            return self._send(200, b"<html><head><title>flaky ok</title></head><body>ok</body></html>\n")
         elif len(parts) == 2 and parts[0] == "status":
             try:
                 code = int(parts[1])
@@ -197,6 +212,7 @@ class Site:
         self._first_port = port
         self.log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._hits: Counter[str] = Counter()
         self._logfile = None
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
@@ -269,6 +285,12 @@ class Site:
 
     def page_url(self, i: int, k: int = 0) -> str:
         return f"{self.urls[k]}/p/{i}"
+
+    def _hit(self, key: str) -> int:
+        """Count one request for ``key``; return the count including this one."""
+        with self._lock:
+            self._hits[key] += 1
+            return self._hits[key]
 
     # -- log ---------------------------------------------------------------
     def _record(self, handler: _Handler, status: int) -> None:

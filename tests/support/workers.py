@@ -241,9 +241,9 @@ class WorkerFactory:
             k += 1
         return p
 
-    def command(self, redis_url: str | None, crawl_id: str | None, start_url: str | list[str],
+    def command(self, redis_url: str | None, crawl_id: str | None, start_url: str | list[str] | None,
                 settings: Mapping[str, Any] | None = None, args: Mapping[str, Any] | None = None,
-                name: str = "w1", record_path: Path | None = None) -> list[str]:
+                name: str = "w1", record_path: Path | None = None, spider: str = "site") -> list[str]:
         s: dict[str, Any] = {}
         if redis_url is not None:
             s["LEASED_REDIS_URL"] = redis_url
@@ -252,10 +252,11 @@ class WorkerFactory:
         if record_path is not None:
             s["RECORD_PATH"] = str(record_path)
         s.update(settings or {})
-        a: dict[str, Any] = {"start_url": start_url if isinstance(start_url, str) else ",".join(start_url),
-                             "worker": name}
+        a: dict[str, Any] = {"worker": name}
+        if start_url is not None:
+            a["start_url"] = start_url if isinstance(start_url, str) else ",".join(start_url)
         a.update(args or {})
-        cmd = [sys.executable, "-m", "scrapy", "crawl", "site"]
+        cmd = [sys.executable, "-m", "scrapy", "crawl", spider]
         for k, v in s.items():
             if v is not None:
                 cmd += ["-s", f"{k}={setting_to_cli(v)}"]
@@ -264,16 +265,17 @@ class WorkerFactory:
                 cmd += ["-a", f"{k}={v}"]
         return cmd
 
-    def __call__(self, redis_url: str | None, crawl_id: str | None, start_url: str | list[str],
+    def __call__(self, redis_url: str | None, crawl_id: str | None, start_url: str | list[str] | None,
                  settings: Mapping[str, Any] | None = None, args: Mapping[str, Any] | None = None,
-                 name: str = "w1", env: Mapping[str, str] | None = None, record: bool = True) -> Worker:
+                 name: str = "w1", env: Mapping[str, str] | None = None, record: bool = True,
+                 spider: str = "site") -> Worker:
         log_path = self._unique(name, ".log")
         record_path = None
         if record and "RECORD_PATH" not in (settings or {}):
             record_path = log_path.with_name(log_path.name[: -len(".log")] + ".items.jsonl")
         elif settings and settings.get("RECORD_PATH"):
             record_path = Path(settings["RECORD_PATH"])
-        cmd = self.command(redis_url, crawl_id, start_url, settings, args, name, record_path)
+        cmd = self.command(redis_url, crawl_id, start_url, settings, args, name, record_path, spider)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPY_")}
         full_env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])

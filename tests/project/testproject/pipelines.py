@@ -51,3 +51,18 @@ class RecordPipeline:
         self.file.write(json.dumps(data) + "\n")
         self.file.flush()
         return item
+
+
+class FaultPipeline:
+    """For the outcomes spider: an item with ``fault="raise"`` makes this pipeline
+    raise, ``fault="drop"`` drops it (DropItem is not a failure)."""
+
+    async def process_item(self, item):
+        from scrapy.exceptions import DropItem
+
+        fault = ItemAdapter(item).get("fault")
+        if fault == "raise":
+            raise ValueError(f"pipeline refuses {ItemAdapter(item).get('url')}")
+        if fault == "drop":
+            raise DropItem("dropped on purpose")
+        return item

@@ -1,0 +1,59 @@
+"""Every LEASED_* setting is validated with an error naming the setting and the value."""
+
+from __future__ import annotations
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_leased.config import LeasedConfig, LeasedConfigError
+
+
+def config(**values) -> LeasedConfig:
+    return LeasedConfig.from_settings(Settings(values))
+
+
+def test_defaults():
+    c = config()
+    assert c.redis_url is None and c.crawl_id is None
+    assert c.lease_seconds == 30 and c.renew_interval == 10
+    assert c.max_attempts == 4 and c.seen_bucket_bits == 14 and not c.keep_alive
+    assert c.fail_http_codes == frozenset()
+
+
+def test_values_from_the_command_line_are_strings():
+    c = config(LEASED_LEASE_SECONDS="2", LEASED_MAX_ATTEMPTS="3", LEASED_KEEP_ALIVE="True",
+               LEASED_FAIL_HTTP_CODES="503,429")
+    assert c.lease_seconds == 2 and c.max_attempts == 3 and c.keep_alive
+    assert c.fail_http_codes == {503, 429}
+
+
+@pytest.mark.parametrize("url", ["redis://h:6379/0", "rediss://u:p@h:6380/1", "unix:///tmp/r.sock"])
+def test_redis_url_schemes(url):
+    assert config(LEASED_REDIS_URL=url).redis_url == url
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("LEASED_REDIS_URL", "http://example.com"),
+    ("LEASED_REDIS_URL", "localhost:6379"),
+    ("LEASED_CRAWL_ID", "has space"),
+    ("LEASED_CRAWL_ID", "a{b}"),
+    ("LEASED_LEASE_SECONDS", "0.5"),
+    ("LEASED_LEASE_SECONDS", "soon"),
+    ("LEASED_MAX_ATTEMPTS", "0"),
+    ("LEASED_MAX_ATTEMPTS", "2.5"),
+    ("LEASED_SWEEP_INTERVAL", "0"),
+    ("LEASED_IDLE_POLL", "-1"),
+    ("LEASED_SEEN_BUCKET_BITS", "17"),
+    ("LEASED_PREFETCH", "-1"),
+    ("LEASED_KEEP_ALIVE", "perhaps"),
+    ("LEASED_FAIL_HTTP_CODES", "503,x"),
+])
+def test_bad_values_name_the_setting_and_the_value(name, value):
+    with pytest.raises(LeasedConfigError) as err:
+        config(**{name: value})
+    assert name in str(err.value) and repr(value) in str(err.value)
+
+
+def test_renew_interval_must_be_shorter_than_the_lease():
+    with pytest.raises(LeasedConfigError, match="LEASED_RENEW_INTERVAL .* LEASED_LEASE_SECONDS"):
+        config(LEASED_LEASE_SECONDS=5, LEASED_RENEW_INTERVAL=5)
