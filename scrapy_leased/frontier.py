@@ -14,6 +14,9 @@ from .keys import CrawlKeys
 from .scripts import register
 
 
+REASON_CHARS = 500  # a failure's reason is kept to its first 500 characters
+
+
 @dataclass(frozen=True)
 class Envelope:
     """A request as stored: ``<rid>|<attempts>|<expiries>|<priority>|<payload>``
@@ -88,7 +91,7 @@ class Frontier:
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
                      fails: Sequence[Failure] = ()) -> CommitResult:
         k = self.keys
-        keys = [k.queue, k.seq, k.stats, k.leases, k.inflight, k.done, k.dead]
+        keys = [k.queue, k.seq, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids]
         index: dict[int, int] = {}
         args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts]
         for r in enqueue:
@@ -103,7 +106,7 @@ class Frontier:
         for token, rid in acks:
             args += [token, rid]
         for f in fails:
-            args += [f.token, f.reason, int(f.permanent)]
+            args += [f.token, f.reason[:REASON_CHARS], int(f.permanent)]
         out = await self._s["commit"](keys=keys, args=args)
         n, m = len(enqueue), len(acks)
         return CommitResult([bool(x) for x in out[:n]], list(out[n:n + m]), list(out[n + m:]))

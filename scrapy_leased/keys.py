@@ -32,8 +32,13 @@ class CrawlKeys:
 
     @property
     def seq(self) -> str:
-        """STRING: counter giving queue order and request ids (rid)."""
+        """STRING: counter giving queue order (a requeue takes a new number)."""
         return self._key("seq")
+
+    @property
+    def rids(self) -> str:
+        """STRING: request id counter (one per request ever queued, not per requeue)."""
+        return self._key("rids")
 
     @property
     def tokens(self) -> str:
@@ -78,3 +83,8 @@ class CrawlKeys:
     def seen_bucket(self, bucket: int) -> str:
         """SET of 64-bit integers: fingerprints whose top bits equal ``bucket``."""
         return self._key(f"seen:{bucket:x}")
+
+    def records(self, item_type: str, prefix: str = "records") -> str:
+        """HASH: items upserted by UpsertPipeline, one hash per item type (snake_case
+        class name): key -> {"fence", "updated", "type", "item"} JSON (lua/upsert.lua)."""
+        return self._key(f"{prefix}:{item_type}")

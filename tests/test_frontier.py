@@ -5,9 +5,8 @@ Concurrency tests run several OS processes (multiprocessing "spawn"), each with 
 connection, released together by a barrier: what they prove is the atomicity of the
 Lua scripts, not the GIL or one event loop's ordering.
 
-Tests marked ``xfail(strict=True)`` pin down bugs found in the package: they assert the
-correct behaviour, fail today, and turn into an XPASS (= failure) once the bug is fixed,
-so the marker has to be removed then.
+Three tests pin down bugs found while writing this file (rids beyond the done bitmap's
+2**32 offsets, reasons clipped inside a UTF-8 character, released requests reordered).
 """
 
 from __future__ import annotations
@@ -129,8 +128,14 @@ def _drop_crawl_keys(redis_server, crawl_id):
     yield
     r = redis_server.client()
     try:
+        batch = []
         for key in r.scan_iter(match=f"leased:{{{crawl_id}}}:*", count=1000):
-            r.unlink(key)
+            batch.append(key)
+            if len(batch) == 1000:
+                r.unlink(*batch)
+                batch.clear()
+        if batch:
+            r.unlink(*batch)
     finally:
         r.close()
 
@@ -263,7 +268,8 @@ def test_8_concurrent_claimers_claim_each_request_exactly_once(redis_server, cra
     inflight = r.hgetall(keys.inflight)
     assert len(inflight) == n
     for token, rid, payload in claimed:
-        assert Envelope.parse(inflight[str(token)]) == Envelope(rid, 0, 0, payload)
+        assert Envelope.parse(inflight[str(token)]) == Envelope(rid=rid, attempts=0, expiries=0, priority=0,
+                                                                   payload=payload)
     assert stats(r, keys) == {"enqueued": n, "claimed": n}
     assert set(r.zrange(keys.workers, 0, -1)) == {f"claimer-{i}" for i in range(8)}
 
@@ -314,7 +320,610 @@ def test_2_racing_recoverers_requeue_each_expired_lease_exactly_once(redis_serve
     assert len(set(r.zrange(keys.queue, 0, -1))) == 1000
     assert sorted(e.rid for e in queue) == sorted(original)
     assert all(e.attempts == 1 for e in queue), Counter(e.attempts for e in queue)
+    assert all(e.expiries == 1 for e in queue), Counter(e.expiries for e in queue)
     assert all(e.payload == original[e.rid].payload and e.priority == 0 for e in queue)
     assert r.zcard(keys.leases) == 0
     assert r.hlen(keys.inflight) == 0
     assert stats(r, keys) == {"enqueued": 1000, "claimed": 1000, "recovered": 1000}
+
+
+# ----------------------------------------------------------------------- clock skew
+
+
+SKEWED_CHILD = r"""
+import asyncio, json, sys, time
+from scrapy_leased.connection import make_client
+from scrapy_leased.frontier import Frontier
+from scrapy_leased.keys import CrawlKeys
+
+url, crawl_id, worker, expected_skew_s = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+tokens = [int(t) for t in sys.argv[5].split(",")]
+
+
+async def server_ms(c):
+    s, us = await c.time()
+    return int(s) * 1000 + int(us) // 1000
+
+
+async def main():
+    f = Frontier(make_client(url), CrawlKeys(crawl_id), lease_ms=30_000, max_attempts=3)
+    c = f.client
+    client_ms = int(time.time() * 1000)
+    srv_ms = await server_ms(c)
+    skew_ms = client_ms - srv_ms
+    # the fake clock must really be in effect, else this proves nothing
+    assert abs(skew_ms - expected_skew_s * 1000) < 60_000, skew_ms
+    recovered = await f.recover()
+    before_claim = await server_ms(c)
+    claim = await f.claim(0, worker)  # count-only: reports Redis time, claims nothing
+    before = await server_ms(c)
+    lost = await f.renew(worker, tokens)
+    after = await server_ms(c)
+    await c.aclose()
+    print(json.dumps({"skew_ms": skew_ms, "recover": list(recovered), "claim_now": claim.now_ms,
+                      "before_claim": before_claim, "claim_queued": claim.queued, "claim_leases": claim.leases,
+                      "before": before, "after": after, "lost": lost}))
+
+
+asyncio.run(main())
+"""
+
+
+def run_skewed(srv: RedisServer, crawl_id: str, worker: str, skew_s: int,
+               tokens: list[int]) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.update(LD_PRELOAD=LIBFAKETIME, FAKETIME=f"{skew_s:+d}s", FAKETIME_DONT_FAKE_MONOTONIC="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                        env.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", SKEWED_CHILD, srv.url, crawl_id, worker,
+                           str(skew_s), ",".join(map(str, tokens))],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=PROC_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not os.path.exists(LIBFAKETIME),
+                    reason=f"libfaketime not installed ({LIBFAKETIME}); apt-get install faketime")
+def test_clock_skewed_clients_neither_reap_live_leases_nor_misplace_renewals(redis_server,
+                                                                            crawl_id):
+    keys = CrawlKeys(crawl_id)
+
+    async def claim20(f, r):
+        await f.enqueue([NewRequest(f"live-{i}") for i in range(20)])
+        return await f.claim(20, "honest")
+
+    res = run(redis_server, crawl_id, claim20, lease_ms=30_000)
+    tokens = [t for t, _ in res.claims]
+    r = redis_server.client(decode_responses=True)
+    scores0 = lease_scores(r, keys)
+    assert scores0 == {t: res.now_ms + 30_000 for t in tokens}
+
+    renewed: dict[int, tuple[int, int]] = {}
+    for skew_s, mine in ((+300, tokens[0:2]), (-300, tokens[2:4])):
+        worker = f"skewed{skew_s:+d}"
+        out = run_skewed(redis_server, crawl_id, worker, skew_s, mine)
+        assert abs(out["skew_ms"] - skew_s * 1000) < 60_000, out  # the child's clock IS off
+        # +300 s: with the client's clock every 30 s lease would look expired
+        assert out["recover"] == [0, 0, 0], out
+        assert out["before_claim"] <= out["claim_now"] <= out["before"], out  # Redis TIME
+        assert (out["claim_queued"], out["claim_leases"]) == (0, 20)
+        assert out["lost"] == []
+        for t in mine:
+            renewed[t] = (out["before"], out["after"])
+        # -300 s: a client-clock deadline would lie 270 s in the past
+        scores = lease_scores(r, keys)
+        assert set(scores) == set(tokens)
+        for t in tokens:
+            if t in renewed:
+                lo, hi = renewed[t]
+                assert lo + 30_000 <= scores[t] <= hi + 30_000, (t, scores[t], lo, hi)
+            else:
+                assert scores[t] == scores0[t]
+        hb = int(r.zscore(keys.workers, worker))
+        assert out["before"] <= hb <= out["after"]  # the renew's heartbeat, in Redis time
+        assert r.zcard(keys.queue) == 0
+        assert r.hlen(keys.inflight) == 20
+
+    async def recover_now(f, r):
+        return await f.recover()
+
+    assert run(redis_server, crawl_id, recover_now) == (0, 0, 0)
+    assert r.zcard(keys.queue) == 0 and r.zcard(keys.leases) == 20
+    assert stats(r, keys) == {"enqueued": 20, "claimed": 20}
+
+
+# ------------------------------------------------------------------ queue ordering
+
+
+def test_priorities_higher_first_fifo_within_a_priority(redis_server, crawl_id):
+    spec = [(0, "a0"), (5, "b0"), (-3, "c0"), (0, "a1"), (5, "b1"), (10, "d0"), (-3, "c1"),
+            (0, "a2"), (5, "b2"), (-3, "c2")]
+
+    async def body(f, r):
+        for part in (spec[:4], spec[4:5], spec[5:]):
+            assert await f.enqueue([NewRequest(p, pr) for pr, p in part]) == [True] * len(part)
+        order = []
+        for _ in spec:
+            res = await f.claim(1, "w")
+            assert len(res.claims) == 1
+            order.append(res.claims[0][1])
+        assert (await f.claim(1, "w")).claims == []
+        return order
+
+    order = run(redis_server, crawl_id, body)
+    assert [e.payload for e in order] == ["d0", "b0", "b1", "b2", "a0", "a1", "a2",
+                                          "c0", "c1", "c2"]
+    assert [e.priority for e in order] == [10, 5, 5, 5, 0, 0, 0, -3, -3, -3]
+    assert [e.rid for e in order] == [6, 2, 5, 9, 1, 4, 8, 3, 7, 10]
+
+
+def test_priorities_randomized_exact_order(redis_server, crawl_id):
+    rng = random.Random(1234)
+    spec = [(rng.randint(-5, 5), f"r{i}") for i in range(600)]
+
+    async def body(f, r):
+        i = 0
+        while i < len(spec):
+            part = spec[i:i + rng.randint(1, 40)]
+            await f.enqueue([NewRequest(p, pr) for pr, p in part])
+            i += len(part)
+        got = []
+        while True:
+            res = await f.claim(rng.randint(1, 9), "w")
+            if not res.claims:
+                return got
+            got += [e.payload for _, e in res.claims]
+
+    got = run(redis_server, crawl_id, body)
+    expected = [p for _, (pr, p) in sorted(enumerate(spec), key=lambda x: (-x[1][0], x[0]))]
+    assert got == expected
+
+
+def test_identical_payloads_without_dedupe_are_all_kept(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+    dedup = url_request("http://example.com/x")
+
+    async def body(f, r):
+        assert await f.enqueue([NewRequest("same"), NewRequest("same")]) == [True, True]
+        assert await f.enqueue([NewRequest("same")]) == [True]
+        assert await f.enqueue([dedup, dedup]) == [True, False]  # contrast: with a bucket
+        assert await f.enqueue([dedup]) == [False]
+        return await f.claim(10, "w")
+
+    res = run(redis_server, crawl_id, body)
+    assert [(e.rid, e.payload) for _, e in res.claims] == [
+        (1, "same"), (2, "same"), (3, "same"), (4, "http://example.com/x")]
+    r = redis_server.client(decode_responses=True)
+    assert stats(r, keys) == {"enqueued": 4, "duplicates": 2, "claimed": 4}
+    assert r.smembers(keys.seen_bucket(dedup.bucket)) == {str(dedup.member)}
+
+
+# --------------------------------------------------------------------------- ack
+
+
+def test_ack_once_twice_and_stale(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        short = new_frontier(redis_server.url, crawl_id, lease_ms=100)
+        try:
+            await f.enqueue([NewRequest(p) for p in ("A", "B", "C", "D")])
+            # a plain ack: lease held (bit 1) + newly done (bit 2)
+            (ta, ea), = (await f.claim(1, "w1")).claims
+            assert ea.payload == "A"
+            assert await f.ack(ta, ea.rid) == 3
+            assert r.zscore(keys.leases, ta) is None
+            assert not r.hexists(keys.inflight, ta)
+            assert r.getbit(keys.done, ea.rid) == 1
+            assert stats(r, keys) == {"enqueued": 4, "claimed": 1, "acked": 1, "done": 1}
+
+            # the same ack again: nothing held, nothing new, nothing changes
+            before = snapshot(r, keys)
+            assert await f.ack(ta, ea.rid) == 0
+            assert snapshot(r, keys) == before
+
+            # stale ack: B's lease expires and is recovered before its worker acks
+            (tb, eb), = (await short.claim(1, "slow")).claims
+            assert eb.payload == "B"
+            wait_redis_past(r, int(r.zscore(keys.leases, tb)))
+            assert await f.recover() == (1, 0, 0)
+            q = queue_envelopes(r, keys)
+            assert [(e.payload, e.attempts, e.expiries) for e in q] == [
+                ("C", 0, 0), ("D", 0, 0), ("B", 1, 1)]
+            assert await f.ack(tb, eb.rid) == 2  # lease gone, but newly done
+            assert stats(r, keys)["done"] == 2
+            # claim skips the requeued copy of B (already done)
+            res = await f.claim(5, "w2")
+            assert [e.payload for _, e in res.claims] == ["C", "D"]
+            assert (res.queued, res.leases) == (0, 2)
+            (tc, ec), (td, ed) = res.claims
+            assert stats(r, keys)["skipped_done"] == 1
+
+            # stale ack after the requeued copy was claimed again by another worker
+            await f.ack(tc, ec.rid)
+            await f.release("w2", [td])
+            (td1, ed1), = (await short.claim(1, "slow")).claims
+            assert ed1.rid == ed.rid
+            wait_redis_past(r, int(r.zscore(keys.leases, td1)))
+            assert await f.recover() == (1, 0, 0)
+            (td2, ed2), = (await f.claim(1, "w3")).claims
+            assert (ed2.rid, ed2.attempts) == (ed.rid, 1)
+            assert await f.ack(td1, ed.rid) == 2  # the stale worker: counted done
+            assert await f.ack(td2, ed.rid) == 1  # the current holder: lease freed, not again
+        finally:
+            await short.client.aclose()
+
+    run(redis_server, crawl_id, body)
+    r = redis_server.client(decode_responses=True)
+    st = stats(r, keys)
+    assert st["done"] == 4  # A, B, C, D: each exactly once
+    assert st["acked"] == 3  # A, C and D's second lease were held when acked
+    assert st["skipped_done"] == 1
+    assert r.bitcount(keys.done) == 4
+    assert r.zcard(keys.queue) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+
+
+# -------------------------------------------------------------------------- fail
+
+
+def test_fail_requeues_at_back_then_dead_letters(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+    reason = "0123456789" * 70  # 700 chars
+
+    async def body(f, r):
+        await f.enqueue([NewRequest(p) for p in ("A", "B", "C")] + [NewRequest("L", -1)])
+        (ta, ea), = (await f.claim(1, "w")).claims
+        assert await f.fail(ta, "boom") == 1
+        # back of priority 0 (behind B, C), still ahead of the lower priority L
+        assert [(e.payload, e.attempts, e.expiries, e.rid) for e in queue_envelopes(r, keys)] \
+            == [("B", 0, 0, 2), ("C", 0, 0, 3), ("A", 1, 0, 1), ("L", 0, 0, 4)]
+        assert r.zcard(keys.leases) == 0 and r.hlen(keys.inflight) == 0
+
+        res = await f.claim(3, "w")
+        assert [(e.payload, e.attempts) for _, e in res.claims] == [("B", 0), ("C", 0), ("A", 1)]
+        (tb, eb), (tc, ec), (ta2, ea2) = res.claims
+        await f.ack(tb, eb.rid)
+        await f.ack(tc, ec.rid)
+        assert await f.fail(ta2, "boom again") == 1
+        (ta3, ea3), = (await f.claim(1, "w")).claims
+        assert (ea3.payload, ea3.attempts) == ("A", 2)
+        t0 = redis_ms(r)
+        assert await f.fail(ta3, reason) == 2  # 3rd attempt = max_attempts: dead
+        t1 = redis_ms(r)
+        letter = json.loads(r.hget(keys.dead, str(ea.rid)))
+        assert t0 <= letter.pop("t") <= t1
+        assert letter == {"reason": reason[:500], "attempts": 3, "envelope": "1|0|0|0|A"}
+        assert [e.payload for e in queue_envelopes(r, keys)] == ["L"]
+
+        # a fail on a token that is no longer held (or never was): 0, nothing changes
+        before = snapshot(r, keys)
+        assert await f.fail(ta3, "late") == 0
+        assert await f.fail(ta, "older") == 0
+        assert await f.fail(10**9, "never issued") == 0
+        assert snapshot(r, keys) == before
+
+        # permanent: dead at once, after 1 attempt
+        (tl, el), = (await f.claim(1, "w")).claims
+        assert await f.fail(tl, "404 forever", permanent=True) == 2
+        letter = json.loads(r.hget(keys.dead, str(el.rid)))
+        assert (letter["reason"], letter["attempts"], letter["envelope"]) == (
+            "404 forever", 1, "4|0|0|-1|L")
+
+    run(redis_server, crawl_id, body, max_attempts=3)
+    r = redis_server.client(decode_responses=True)
+    assert stats(r, keys) == {"enqueued": 4, "claimed": 6, "acked": 2, "done": 2,
+                              "failed": 4, "dead": 2}
+    assert r.hlen(keys.dead) == 2
+    assert r.zcard(keys.queue) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+
+
+def test_commit_batch_fails_and_acks_together(redis_server, crawl_id):
+    """One commit: enqueue children, ack one claim, fail two (one permanent)."""
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        await f.enqueue([NewRequest(p) for p in ("P", "Q", "S")])
+        (tp, ep), (tq, eq), (ts, es) = (await f.claim(3, "w")).claims
+        out = await f.commit(enqueue=[NewRequest("child", 2), url_request("http://c/")],
+                             acks=[(tp, ep.rid)],
+                             fails=[Failure(tq, "flaky"), Failure(ts, "gone", permanent=True)])
+        assert (out.queued, out.acks, out.fails) == ([True, True], [3], [1, 2])
+        return [(e.payload, e.attempts) for e in queue_envelopes(r, keys)]
+
+    assert run(redis_server, crawl_id, body) == [("child", 0), ("http://c/", 0), ("Q", 1)]
+
+
+def test_fail_reason_truncated_to_500_characters_non_ascii(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+    reason = "a" + "é" * 600  # an exception message quoting a non-ASCII URL, say
+
+    async def body(f, r):
+        await f.enqueue([NewRequest("U")])
+        (t, e), = (await f.claim(1, "w")).claims
+        assert await f.fail(t, reason, permanent=True) == 2
+        return e.rid
+
+    rid = run(redis_server, crawl_id, body)
+    raw = redis_server.client().hget(keys.dead, str(rid))
+    assert json.loads(raw)["reason"] == reason[:500]
+
+
+# ----------------------------------------------------------------------- recover
+
+
+def test_recover_counts_attempts_and_dead_letters_after_max_expiries(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        await f.enqueue([NewRequest("X", 3)])
+        for i, expected in enumerate([(1, 0, 0), (1, 0, 0), (0, 1, 0)]):
+            res = await f.claim(1, "dies")
+            (t, e), = res.claims
+            assert (e.payload, e.attempts, e.expiries) == ("X", i, i)
+            assert await f.recover() == (0, 0, 0)  # still live
+            wait_redis_past(r, res.now_ms + 100)
+            assert await f.recover() == expected
+        assert (await f.claim(1, "dies")).claims == []
+        return e.rid
+
+    rid = run(redis_server, crawl_id, body, lease_ms=100, max_attempts=3)
+    r = redis_server.client(decode_responses=True)
+    letter = json.loads(r.hget(keys.dead, str(rid)))
+    assert (letter["reason"], letter["attempts"], letter["envelope"]) == (
+        "lease expired: its worker died or stalled", 3, f"{rid}|0|0|3|X")
+    assert stats(r, keys) == {"enqueued": 1, "claimed": 3, "recovered": 2, "dead": 1}
+    assert r.zcard(keys.queue) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+
+
+def test_recover_batch_limit_and_expired_left(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        await f.enqueue([NewRequest(f"e{i}") for i in range(12)])
+        res = await f.claim(12, "dies")
+        wait_redis_past(r, res.now_ms + 100)
+        return [await f.recover() for _ in range(4)]
+
+    got = run(redis_server, crawl_id, body, lease_ms=100, recover_batch=5)
+    assert got == [(5, 0, 7), (5, 0, 2), (2, 0, 0), (0, 0, 0)]
+    r = redis_server.client(decode_responses=True)
+    q = queue_envelopes(r, keys)
+    assert sorted(e.payload for e in q) == sorted(f"e{i}" for i in range(12))
+    assert all((e.attempts, e.expiries) == (1, 1) for e in q)
+    assert r.zcard(keys.leases) == 0 and r.hlen(keys.inflight) == 0
+
+
+# ------------------------------------------------------------------------- renew
+
+
+def test_renew_extends_held_never_resurrects_and_heartbeats(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        short = new_frontier(redis_server.url, crawl_id, lease_ms=100)
+        try:
+            await f.enqueue([NewRequest(f"n{i}") for i in range(4)])
+            res = await f.claim(3, "w1")
+            t1, t2, t3 = (t for t, _ in res.claims)
+            (t4, _), = (await short.claim(1, "w1")).claims
+            scores0 = lease_scores(r, keys)
+            assert scores0[t1] == res.now_ms + 60_000
+            wait_redis_past(r, scores0[t4])
+            assert await f.recover() == (1, 0, 0)  # t4 reaped
+
+            before = redis_ms(r)
+            lost = await f.renew("w1", [t1, t2, t4, 10**9])
+            after = redis_ms(r)
+            assert lost == [t4, 10**9]
+            scores1 = lease_scores(r, keys)
+            assert set(scores1) == {t1, t2, t3}  # t4 NOT recreated
+            for t in (t1, t2):
+                assert before + 60_000 <= scores1[t] <= after + 60_000
+                assert scores1[t] > scores0[t]
+            assert scores1[t3] == scores0[t3]
+            assert before <= int(r.zscore(keys.workers, "w1")) <= after
+
+            # a renew with no tokens is a pure heartbeat
+            before = redis_ms(r)
+            assert await f.renew("w2", []) == []
+            assert before <= int(r.zscore(keys.workers, "w2")) <= redis_ms(r)
+            assert lease_scores(r, keys) == scores1
+            # the reaped request is back in the queue, once, unharmed by the renew
+            assert [(e.payload, e.attempts) for e in queue_envelopes(r, keys)] == [("n3", 1)]
+        finally:
+            await short.client.aclose()
+
+    run(redis_server, crawl_id, body)
+
+
+# ----------------------------------------------------------------------- release
+
+
+def test_release_puts_claims_back_at_the_front_without_an_attempt(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        await f.enqueue([NewRequest(p) for p in ("A", "B", "C")])
+        res = await f.claim(2, "w1")
+        (ta, ea), (tb, eb) = res.claims
+        await f.claim(0, "w2")  # another live worker
+        await f.enqueue([NewRequest("H", 5), NewRequest("Z", -1)])
+        assert set(r.zrange(keys.workers, 0, -1)) == {"w1", "w2"}
+
+        assert await f.release("w1", [ta, tb]) == 2
+        q = queue_envelopes(r, keys)
+        assert [(e.payload, e.rid, e.attempts, e.expiries) for e in q] == [
+            ("H", 4, 0, 0), ("A", 1, 0, 0), ("B", 2, 0, 0), ("C", 3, 0, 0), ("Z", 5, 0, 0)]
+        assert r.zcard(keys.leases) == 0 and r.hlen(keys.inflight) == 0
+        assert r.zrange(keys.workers, 0, -1) == ["w2"]
+        assert stats(r, keys)["released"] == 2
+
+        before = snapshot(r, keys)
+        assert await f.release("w2", [ta, 10**9]) == 0  # not held: nothing released
+        after = snapshot(r, keys)
+        assert after == before
+        assert r.zcard(keys.workers) == 0  # but w2 left the registry
+
+        res = await f.claim(10, "w3")
+        return [e.payload for _, e in res.claims]
+
+    assert run(redis_server, crawl_id, body) == ["H", "A", "B", "C", "Z"]
+    r = redis_server.client(decode_responses=True)
+    assert stats(r, keys) == {"enqueued": 5, "claimed": 7, "released": 2}
+
+
+def test_release_keeps_the_claim_order_of_released_requests(redis_server, crawl_id):
+    async def body(f, r):
+        await f.enqueue([NewRequest(f"q{i}") for i in range(1, 11)])  # rids 1..10
+        for t, e in (await f.claim(8, "w")).claims:
+            await f.ack(t, e.rid)
+        res = await f.claim(2, "w")
+        assert [e.rid for _, e in res.claims] == [9, 10]
+        await f.release("w", [t for t, _ in res.claims])
+        return [e.rid for _, e in (await f.claim(2, "w")).claims]
+
+    assert run(redis_server, crawl_id, body) == [9, 10]
+
+
+# ----------------------------------------------------------------- garbage in queue
+
+
+def test_claim_dead_letters_garbage_members_and_returns_the_good(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+    garbage = {"garbage": -1, "000000000000not|an|envelope": 0}
+
+    async def body(f, r):
+        await f.enqueue([NewRequest(p) for p in ("G1", "G2", "G3")])
+        r.zadd(keys.queue, garbage)
+        t0 = redis_ms(r)
+        res = await f.claim(10, "w")
+        return t0, res
+
+    t0, res = run(redis_server, crawl_id, body)
+    assert [e.payload for _, e in res.claims] == ["G1", "G2", "G3"]
+    assert (res.queued, res.leases) == (0, 3)
+    r = redis_server.client(decode_responses=True)
+    dead = r.hgetall(keys.dead)
+    assert set(dead) == {"malformed:" + hashlib.sha1(m.encode()).hexdigest() for m in garbage}
+    for member in garbage:
+        letter = json.loads(dead["malformed:" + hashlib.sha1(member.encode()).hexdigest()])
+        assert t0 <= letter.pop("t") <= res.now_ms
+        assert letter == {"reason": "malformed envelope: queue member is not an envelope",
+                          "attempts": 0, "envelope": member}
+    assert stats(r, keys) == {"enqueued": 3, "claimed": 3, "dead": 2}
+
+
+def test_claim_never_loses_requests_when_rids_pass_2_to_the_32(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+    r = redis_server.client(decode_responses=True)
+    r.set(keys.rids, 2**32 - 2)
+
+    async def body(f, r):
+        await f.enqueue([NewRequest(p) for p in ("big1", "big2", "big3")])
+        res = await f.claim(3, "w")
+        assert [e.rid for _, e in res.claims] == [2**32 - 1, 2**32, 2**32 + 1]
+        return [await f.ack(t, e.rid) for t, e in res.claims]
+
+    # beyond the bitmap's range a held ack still counts done once
+    assert run(redis_server, crawl_id, body) == [3, 3, 3]
+    assert r.zcard(keys.queue) + r.zcard(keys.leases) == 0
+    assert int(r.hget(keys.stats, "done")) == 3
+
+
+# ------------------------------------------------------------ cost: O(1) per token
+
+
+def test_no_operation_scans_the_processing_set():
+    """With 20,000 live leases, recover (nothing expired), renew (5 tokens), claim (empty
+    queue) and ack run a fixed, small number of O(log N) commands inside Redis: counted
+    exactly by INFO commandstats (commands called by a script are counted there)."""
+    with RedisServer() as srv:  # private: CONFIG RESETSTAT must not disturb other tests
+        keys = CrawlKeys("cost")
+
+        async def body(f, r):
+            for start in range(0, 20_000, 1000):
+                await f.enqueue([NewRequest(f"c{i}") for i in range(start, start + 1000)])
+            claims = []
+            for _ in range(4):
+                res = await f.claim(5000, "w")
+                claims += res.claims
+            assert len(claims) == 20_000 and r.zcard(keys.leases) == 20_000
+            tokens = [t for t, _ in claims]
+            # load every script once (no NOSCRIPT + SCRIPT LOAD in the counts below)
+            assert await f.recover() == (0, 0, 0)
+            await f.renew("w", [])
+            await f.release("", [])
+            await f.commit()
+            wait_redis_past(r, res.now_ms + 2)  # so a renewal really moves the scores
+
+            r.config_resetstat()
+            assert await f.recover() == (0, 0, 0)
+            st = commandstats(r)
+            assert st == {"evalsha": 1, "time": 1, "zrangebyscore": 1, "zcount": 1}, st
+
+            scores0 = lease_scores(r, keys)
+            r.config_resetstat()
+            assert await f.renew("w", tokens[:5]) == []
+            st = commandstats(r)
+            assert st == {"evalsha": 1, "time": 1, "zadd": 6}, st  # heartbeat + 5 leases
+            scores1 = lease_scores(r, keys)
+            assert {t for t in tokens if scores1[t] != scores0[t]} == set(tokens[:5])
+
+            r.config_resetstat()
+            res = await f.claim(5, "w")
+            assert (res.claims, res.queued, res.leases) == ([], 0, 20_000)
+            st = commandstats(r)
+            assert st == {"evalsha": 1, "time": 1, "zadd": 1, "zpopmin": 1, "zcard": 2}, st
+
+            r.config_resetstat()
+            t, e = claims[-1]
+            assert await f.ack(t, e.rid) == 3
+            st = commandstats(r)
+            assert st == {"evalsha": 1, "zrem": 1, "hdel": 1, "setbit": 1, "hincrby": 2}, st
+
+            r.config_resetstat()
+            assert await f.release("w", tokens[:3]) == 3
+            st = commandstats(r)
+            assert st == {"evalsha": 1, "zrem": 4, "hget": 3, "hdel": 3, "zadd": 3,
+                          "hincrby": 1}, st
+
+        r = srv.client(decode_responses=True)
+
+        async def main():
+            fr = new_frontier(srv.url, "cost", lease_ms=600_000)
+            try:
+                await body(fr, r)
+            finally:
+                await fr.client.aclose()
+
+        asyncio.run(main())
+
+
+# ------------------------------------------------------------------------ seen set
+
+
+def test_seen_buckets_stay_intset_at_100k_fingerprints(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+    assert SEEN_BUCKET_BITS == 14
+    reqs = [url_request(f"http://example.com/p/{i}") for i in range(100_000)]
+    buckets = Counter(q.bucket for q in reqs)
+
+    async def body(f, r):
+        for start in range(0, len(reqs), 1000):
+            assert await f.enqueue(reqs[start:start + 1000]) == [True] * 1000
+
+    run(redis_server, crawl_id, body)
+    r = redis_server.client(decode_responses=True)
+    p = r.pipeline(transaction=False)
+    for b in range(2 ** SEEN_BUCKET_BITS):
+        p.object("encoding", keys.seen_bucket(b))
+        p.scard(keys.seen_bucket(b))
+    out = p.execute()
+    encodings, sizes = out[0::2], out[1::2]
+    present = {b for b, enc in enumerate(encodings) if enc is not None}
+    assert present == set(buckets)
+    assert Counter(e for e in encodings if e is not None) == {"intset": len(buckets)}
+    assert {b: sizes[b] for b in present} == dict(buckets)
+    assert sum(sizes) == 100_000
+    assert max(sizes) < 512  # set-max-intset-entries

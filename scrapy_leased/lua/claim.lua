@@ -30,7 +30,7 @@ while got < want do
     local rid = parse_envelope(env)
     if not rid then
       settle_failure(keys, popped[i], 'queue member is not an envelope', 1, true, now, 0)
-    elseif redis.call('GETBIT', KEYS[5], rid) == 1 then
+    elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
       redis.call('HINCRBY', KEYS[6], 'skipped_done', 1)
     else
       local token = redis.call('INCR', KEYS[4])

@@ -3,8 +3,8 @@
 --   2. ack finished claims (their children are already queued by step 1);
 --   3. fail claims (attempt +1, requeue at the back, or dead-letter).
 -- KEYS[1] queue  KEYS[2] seq  KEYS[3] stats  KEYS[4] leases  KEYS[5] inflight
--- KEYS[6] done   KEYS[7] dead
--- KEYS[8..] seen buckets (SETs of 64-bit integers) referenced by the enqueues below
+-- KEYS[6] done   KEYS[7] dead   KEYS[8] rids (request id counter)
+-- KEYS[9..] seen buckets (SETs of 64-bit integers) referenced by the enqueues below
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
 -- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority, payload}
 -- then n_ack     x {token, rid}
@@ -22,8 +22,9 @@ for _ = 1, n_enq do
   local bucket = tonumber(ARGV[a])
   if bucket == 0 or redis.call('SADD', KEYS[bucket], ARGV[a + 1]) == 1 then
     local seq = redis.call('INCR', KEYS[2])
+    local rid = redis.call('INCR', KEYS[8])
     redis.call('ZADD', KEYS[1], -tonumber(ARGV[a + 2]),
-      string.format('%012x', seq) .. seq .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 3])
+      string.format('%012x', seq) .. rid .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 3])
     out[#out + 1] = 1
     queued = queued + 1
   else
@@ -39,7 +40,10 @@ for _ = 1, n_ack do
   local token, rid = ARGV[a], ARGV[a + 1]
   local held = redis.call('ZREM', KEYS[4], token)
   redis.call('HDEL', KEYS[5], token)
-  local newly_done = 1 - redis.call('SETBIT', KEYS[6], rid, 1)
+  local newly_done = held
+  if tonumber(rid) <= MAX_BITMAP_RID then
+    newly_done = 1 - redis.call('SETBIT', KEYS[6], rid, 1)
+  end
   done_new = done_new + newly_done
   out[#out + 1] = held + 2 * newly_done
   acked = acked + held

@@ -12,7 +12,7 @@ for i = 2, #ARGV do
     redis.call('HDEL', KEYS[5], ARGV[i])
     local rid, _, _, priority = parse_envelope(env)
     if rid then
-      queue_push(KEYS[1], KEYS[2], env, priority, true)
+      queue_push(KEYS[1], KEYS[2], env, priority, true, tonumber(rid))
       released = released + 1
     end
   end
