@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .config import LeasedConfig
+from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
 from .middleware import LeasedFailureMiddleware
 from .scheduler import LeasedScheduler
@@ -21,7 +22,9 @@ class Addon:
     project can still override each of them, and validates every LEASED_* setting."""
 
     def update_settings(self, settings: Settings) -> None:
-        LeasedConfig.from_settings(settings)  # fail fast, naming the bad setting
+        config = LeasedConfig.from_settings(settings)  # fail fast, naming the bad setting
+        if config.redis_url is not None:
+            check_reachable(config.redis_url)  # one clear error, before the engine exists
         settings.set("SCHEDULER", LeasedScheduler, "addon")
         settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")
         settings.set_in_component_priority_dict(

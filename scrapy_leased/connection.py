@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -23,6 +24,19 @@ def redact(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def check_reachable(url: str, setting: str = "LEASED_REDIS_URL") -> None:
+    """Ping once, synchronously: only at start-up, before any crawling runs."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        client.ping()
+    except Exception as exc:
+        raise LeasedRedisError(
+            f"cannot reach Redis at {redact(url)} ({setting}): {type(exc).__name__}: {exc}"
+        ) from None
+    finally:
+        client.close()
 
 
 def make_client(url: str) -> Any:

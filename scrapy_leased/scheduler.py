@@ -106,6 +106,9 @@ class LeasedScheduler(BaseScheduler):
         self._nextcall: Any = None
         self._engine_slot: Any = None
         self._closing = False
+        # The last claim found nothing: wait for the idle poll (or for new work this
+        # worker wrote) instead of asking Redis again each time the engine looks.
+        self._starved = False
         self._drained_seen_at = -1  # writer generation at which the frontier looked drained
         self._warned: set[str] = set()
 
@@ -304,6 +307,9 @@ class LeasedScheduler(BaseScheduler):
         self._mark_failed(_request_of(response), f"item pipeline error: {describe(failure.value)}")
 
     def _on_commit(self, batch: Batch, result: CommitResult) -> None:
+        if any(result.queued) and self._kick is not None:
+            self._starved = False  # this worker just queued work: claim it at once
+            self._kick.set()
         stats = self.stats
         for tag, queued in zip(batch.tags, result.queued):
             if queued:
@@ -324,7 +330,7 @@ class LeasedScheduler(BaseScheduler):
         return self.concurrency + self.config.prefetch - busy
 
     def _want_claims(self) -> None:
-        if self._kick is not None and self._capacity() > 0:
+        if self._kick is not None and not self._starved and self._capacity() > 0:
             self._kick.set()
 
     def _wake_engine(self) -> None:
@@ -348,6 +354,7 @@ class LeasedScheduler(BaseScheduler):
                 delay = 0.05
                 self._warned.discard("claim")
                 self._absorb(result)
+                self._starved = not result.claims
                 if result.claims:
                     self._wake_engine()
                     if len(result.claims) == want:
