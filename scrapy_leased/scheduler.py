@@ -251,13 +251,13 @@ class LeasedScheduler(BaseScheduler):
             request, claim = self._local.popleft()
         elif self._isolated is not None:
             return None
+        elif self._ready:
+            request, claim = self._ready.popleft()
         elif self._suspects:
             if self._handed:
                 return None  # let the requests in flight finish first
             request, claim = self._suspects.popleft()
             self._isolated = claim
-        elif self._ready:
-            request, claim = self._ready.popleft()
         else:
             self._want_claims()
             return None
@@ -318,6 +318,11 @@ class LeasedScheduler(BaseScheduler):
                 self.df.log(tag, self.spider)
         for flags in result.acks:
             stats.inc_value("leased/acked" if flags & 1 else "leased/acked_stale")
+            if not flags & 1 and "stale" not in self._warned:
+                self._warned.add("stale")
+                logger.warning("Acked a request after its lease was lost (this worker was "
+                               "too slow or paused); it may have been processed twice "
+                               "(counted in leased/acked_stale, logged once)")
         for outcome in result.fails:
             stats.inc_value(("leased/failed_stale", "leased/failed", "leased/dead")[outcome])
 
@@ -326,6 +331,8 @@ class LeasedScheduler(BaseScheduler):
     def _capacity(self) -> int:
         if self._engine_slot is not None and self._engine_slot.closing is not None:
             return 0  # the engine is shutting down: claim nothing new
+        if self._suspects or self._isolated is not None:
+            return 0  # a suspect runs alone: claim nothing until it is settled
         busy = len(self._handed) + len(self._ready) + len(self._local) + len(self._suspects)
         return self.concurrency + self.config.prefetch - busy
 
