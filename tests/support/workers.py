@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .redis_server import _pdeathsig_preexec
+from .site import read_log
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_DIR = REPO_ROOT / "tests" / "project"
@@ -46,20 +47,7 @@ def setting_to_cli(value: Any) -> str:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Parse a JSON-lines file; a torn (partially written) last line is skipped."""
-    out: list[dict[str, Any]] = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    except FileNotFoundError:
-        pass
-    return out
+    return read_log(path)
 
 
 class Worker:
