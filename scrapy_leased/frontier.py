@@ -91,7 +91,8 @@ class Frontier:
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
                      fails: Sequence[Failure] = ()) -> CommitResult:
         k = self.keys
-        keys = [k.queue, k.seq, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids]
+        keys = [k.queue, k.seq, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
+                k.throughput]
         index: dict[int, int] = {}
         args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts]
         for r in enqueue:
@@ -141,17 +142,18 @@ class Frontier:
             args=[self.recover_batch, self.max_attempts])
         return int(out[0]), int(out[1]), int(out[2])
 
-    async def renew(self, worker_id: str, tokens: Sequence[int]) -> list[int]:
-        """Heartbeat + lease extension; returns the tokens whose lease was lost."""
+    async def renew(self, worker_id: str, tokens: Sequence[int], info: str = "") -> list[int]:
+        """Heartbeat + lease extension; returns the tokens whose lease was lost.
+        ``info`` (JSON) replaces the worker's entry in ``worker_info`` when given."""
         k = self.keys
-        out = await self._s["renew"](keys=[k.leases, k.workers],
-                                     args=[self.lease_ms, worker_id, *tokens])
+        out = await self._s["renew"](keys=[k.leases, k.workers, k.worker_info],
+                                     args=[self.lease_ms, worker_id, info, *tokens])
         return [int(t) for t in out[1:]]
 
     async def release(self, worker_id: str, tokens: Sequence[int]) -> int:
         k = self.keys
         return int(await self._s["release"](
-            keys=[k.queue, k.seq, k.stats, k.leases, k.inflight, k.workers],
+            keys=[k.queue, k.seq, k.stats, k.leases, k.inflight, k.workers, k.worker_info],
             args=[worker_id, *tokens]))
 
     async def counts(self, worker_ttl_ms: int = 30_000) -> dict[str, int]:

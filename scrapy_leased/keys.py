@@ -76,6 +76,16 @@ class CrawlKeys:
         return self._key("workers")
 
     @property
+    def worker_info(self) -> str:
+        """HASH: worker id -> JSON {"inflight", "host", "pid", "started"}, set at each heartbeat."""
+        return self._key("worker_info")
+
+    @property
+    def throughput(self) -> str:
+        """HASH: 10-second bucket (Redis time // 10 s) -> requests newly done in it."""
+        return self._key("throughput")
+
+    @property
     def meta(self) -> str:
         """HASH: the crawl's fixed parameters (seen-set layout), checked at open."""
         return self._key("meta")

@@ -11,7 +11,9 @@ in this worker. A heartbeat renews the leases; any worker requeues expired ones.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import time
 import os
 import secrets
 import socket
@@ -109,6 +111,7 @@ class LeasedScheduler(BaseScheduler):
         # The last claim found nothing: wait for the idle poll (or for new work this
         # worker wrote) instead of asking Redis again each time the engine looks.
         self._starved = False
+        self._started = time.time()
         self._drained_seen_at = -1  # writer generation at which the frontier looked drained
         self._warned: set[str] = set()
 
@@ -416,7 +419,8 @@ class LeasedScheduler(BaseScheduler):
         while not self._closing:
             await asyncio.sleep(self.config.renew_interval)
             try:
-                lost = await self.frontier.renew(self.worker_id, list(self._claims))
+                lost = await self.frontier.renew(self.worker_id, list(self._claims),
+                                                 self._worker_info())
             except (RedisError, OSError) as exc:
                 self._warn_once("renew", "Cannot renew leases in Redis, retrying: %s", exc)
                 continue
@@ -450,6 +454,11 @@ class LeasedScheduler(BaseScheduler):
                     self._kick.set()
             if not left:
                 await asyncio.sleep(self.config.sweep_interval)
+
+    def _worker_info(self) -> str:
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                           "started": self._started, "inflight": len(self._claims),
+                           "acked": self.stats.get_value("leased/acked", 0)})
 
     def _warn_once(self, kind: str, msg: str, exc: BaseException) -> None:
         if kind not in self._warned:

@@ -4,7 +4,8 @@
 --   3. fail claims (attempt +1, requeue at the back, or dead-letter).
 -- KEYS[1] queue  KEYS[2] seq  KEYS[3] stats  KEYS[4] leases  KEYS[5] inflight
 -- KEYS[6] done   KEYS[7] dead   KEYS[8] rids (request id counter)
--- KEYS[9..] seen buckets (SETs of 64-bit integers) referenced by the enqueues below
+-- KEYS[9] throughput (HASH 10-second bucket -> requests newly done)
+-- KEYS[10..] seen buckets (SETs of 64-bit integers) referenced by the enqueues below
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
 -- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority, payload}
 -- then n_ack     x {token, rid}
@@ -50,7 +51,12 @@ for _ = 1, n_ack do
   a = a + 2
 end
 if acked > 0 then redis.call('HINCRBY', KEYS[3], 'acked', acked) end
-if done_new > 0 then redis.call('HINCRBY', KEYS[3], 'done', done_new) end
+if done_new > 0 then
+  redis.call('HINCRBY', KEYS[3], 'done', done_new)
+  local bucket = math.floor(server_ms() / 10000)
+  redis.call('HINCRBY', KEYS[9], bucket, done_new)
+  redis.call('HDEL', KEYS[9], bucket - 7, bucket - 8, bucket - 9, bucket - 10, bucket - 11)
+end
 if n_fail > 0 then
   local now = server_ms()
   for _ = 1, n_fail do

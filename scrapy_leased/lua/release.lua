@@ -2,7 +2,7 @@
 -- to the FRONT of their priority (they were at the front when claimed) and no
 -- attempt is counted. The worker leaves the registry.
 -- KEYS[1] queue  KEYS[2] seq  KEYS[3] stats  KEYS[4] leases  KEYS[5] inflight
--- KEYS[6] workers
+-- KEYS[6] workers  KEYS[7] worker_info
 -- ARGV[1] worker id  ARGV[2..] claim tokens to release
 -- Returns the number of requests released.
 local released = 0
@@ -18,5 +18,8 @@ for i = 2, #ARGV do
   end
 end
 if released > 0 then redis.call('HINCRBY', KEYS[3], 'released', released) end
-if ARGV[1] ~= '' then redis.call('ZREM', KEYS[6], ARGV[1]) end
+if ARGV[1] ~= '' then
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  redis.call('HDEL', KEYS[7], ARGV[1])
+end
 return released
