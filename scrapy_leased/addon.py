@@ -9,12 +9,18 @@ from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
 from .middleware import LeasedFailureMiddleware
 from .scheduler import LeasedScheduler
+from .upsert import UpsertConfig, UpsertFenceMiddleware, UpsertPipeline
 
 if TYPE_CHECKING:
     from scrapy.settings import Settings
 
 #: Next to the engine, so it sees only final download outcomes (after retries).
 FAILURE_MIDDLEWARE_ORDER = 10
+#: Near the end of the item pipelines: items are stored once the project's own
+#: pipelines have cleaned (or dropped) them.
+UPSERT_PIPELINE_ORDER = 800
+#: Next to the engine, so it sees the items every other spider middleware let through.
+UPSERT_FENCE_MIDDLEWARE_ORDER = 10
 
 
 class Addon:
@@ -27,6 +33,13 @@ class Addon:
             check_reachable(config.redis_url)  # one clear error, before the engine exists
         settings.set("SCHEDULER", LeasedScheduler, "addon")
         settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")
-        settings.set_in_component_priority_dict(
+        settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", LeasedFailureMiddleware, FAILURE_MIDDLEWARE_ORDER
         )
+        if UpsertConfig.from_settings(settings).enabled:
+            settings.setdefault_in_component_priority_dict(
+                "ITEM_PIPELINES", UpsertPipeline, UPSERT_PIPELINE_ORDER
+            )
+            settings.setdefault_in_component_priority_dict(
+                "SPIDER_MIDDLEWARES", UpsertFenceMiddleware, UPSERT_FENCE_MIDDLEWARE_ORDER
+            )

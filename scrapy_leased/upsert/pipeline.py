@@ -1,0 +1,116 @@
+"""``UpsertPipeline``: every item becomes one record keyed by a stable key, written
+idempotently and fenced by the claim token of the request that produced it.
+
+process_item returns only once its record is durably stored (the frontier acks the
+request after its items passed the pipelines), raises when the store fails (the
+request fails: attempts, dead letters) and drops an item without a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import DropItem, NotConfigured
+
+from ..config import LeasedConfig
+from ..connection import LeasedRedisError
+from .batcher import WriteBatcher
+from .config import UpsertConfig
+from .fence import FenceRegistry
+from .records import MissingKey, RecordMaker
+from .stores import Store, StoreError, make_store
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+STATS_PREFIX = "leased/upsert/"
+
+
+class UpsertPipeline:
+    def __init__(self, crawler: Crawler, config: UpsertConfig, leased: LeasedConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.leased = leased
+        self.stats = crawler.stats
+        self.fences = FenceRegistry.for_crawler(crawler)
+        self.records = RecordMaker(config.key_fields)
+        self.store: Store | None = None
+        self.batcher: WriteBatcher | None = None
+        self._warned_stale = False
+        self._warned_unfenced = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        config = UpsertConfig.from_settings(crawler.settings)
+        if not config.enabled:
+            raise NotConfigured("LEASED_UPSERT_ENABLED is False")
+        return cls(crawler, config, LeasedConfig.from_settings(crawler.settings))
+
+    def _inc(self, name: str, count: int = 1) -> None:
+        self.stats.inc_value(STATS_PREFIX + name, count)
+
+    async def open_spider(self) -> None:
+        spider = self.crawler.spider
+        assert spider is not None
+        crawl_id = self.leased.crawl_id or spider.name
+        redis_url = self.leased.redis_url
+        if self.config.url is None and redis_url is None:
+            from ..embedded import ensure_embedded_redis
+
+            redis_url = await asyncio.to_thread(ensure_embedded_redis, self.leased.embedded_dir,
+                                                self.leased.embedded_server)
+        self.store = make_store(self.config, crawl_id, redis_url)
+        try:
+            await self.store.open()
+        except (StoreError, LeasedRedisError) as exc:
+            logger.error("%(error)s", {"error": exc})
+            raise
+        self.batcher = WriteBatcher(self.store, self.config.batch_size, self._on_batch)
+        logger.info("Upserting items into %(store)s", {"store": self.store.description})
+
+    async def close_spider(self) -> None:
+        if self.batcher is not None:
+            await self.batcher.close()
+        if self.store is not None:
+            await self.store.close()
+
+    def _on_batch(self, size: int, ok: bool) -> None:
+        self._inc("batches" if ok else "batches_failed")
+
+    async def process_item(self, item: Any) -> Any:
+        token = self.fences.take(item)
+        try:
+            record = self.records.make(item, token)
+        except MissingKey as exc:
+            self._inc("missing_key")
+            raise DropItem(str(exc)) from None
+        if self.batcher is None:
+            raise StoreError("UpsertPipeline.process_item called before open_spider")
+        if token is None:
+            self._inc("unfenced")
+            if not self._warned_unfenced:
+                self._warned_unfenced = True
+                logger.info("Writing items without a fencing token (from an errback, start() "
+                            "or replaced by an earlier pipeline); counted in "
+                            "leased/upsert/unfenced")
+        try:
+            written = await self.batcher.write(record)
+        except StoreError:
+            self._inc("errors")
+            raise
+        if written:
+            self._inc("written")
+        else:
+            self._inc("stale")
+            log = logger.warning if not self._warned_stale else logger.debug
+            self._warned_stale = True
+            log("Rejected a stale write of %(type)s %(key)r (fence token %(token)s): a claim "
+                "with a newer token already stored it (this request processed again after "
+                "this worker lost its lease, or a later request yielding the same key)",
+                {"type": record.type_name, "key": record.key, "token": record.fence})
+        return item
