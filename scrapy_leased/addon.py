@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 from .config import LeasedConfig
 from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
+from .budget import Budgets
 from .middleware import LeasedFailureMiddleware
+from .ratelimit import LeasedRateMiddleware
 from .scheduler import LeasedScheduler
 from .upsert import UpsertConfig, UpsertFenceMiddleware, UpsertPipeline
 
@@ -16,6 +18,9 @@ if TYPE_CHECKING:
 
 #: Next to the engine, so it sees only final download outcomes (after retries).
 FAILURE_MIDDLEWARE_ORDER = 10
+#: Next to the downloader (after robots.txt, retries, redirects and the HTTP cache), so
+#: only requests really about to be sent take rate budget, and it sees raw 429/503.
+RATE_MIDDLEWARE_ORDER = 950
 #: Near the end of the item pipelines: items are stored once the project's own
 #: pipelines have cleaned (or dropped) them.
 UPSERT_PIPELINE_ORDER = 800
@@ -35,6 +40,10 @@ class Addon:
         settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", LeasedFailureMiddleware, FAILURE_MIDDLEWARE_ORDER
+        )
+        Budgets.from_settings(settings)  # validate the rate settings too
+        settings.setdefault_in_component_priority_dict(
+            "DOWNLOADER_MIDDLEWARES", LeasedRateMiddleware, RATE_MIDDLEWARE_ORDER
         )
         if UpsertConfig.from_settings(settings).enabled:
             settings.setdefault_in_component_priority_dict(

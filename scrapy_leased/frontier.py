@@ -19,19 +19,21 @@ REASON_CHARS = 500  # a failure's reason is kept to its first 500 characters
 
 @dataclass(frozen=True)
 class Envelope:
-    """A request as stored: ``<rid>|<attempts>|<expiries>|<priority>|<payload>``
+    """A request as stored: ``<rid>|<attempts>|<expiries>|<priority>|<lane>|<payload>``
     (see lua/lib_settle.lua)."""
 
     rid: int
     attempts: int
     expiries: int
     priority: int
+    lane: str
     payload: str
 
     @classmethod
-    def parse(cls, raw: str) -> Envelope:
-        rid, attempts, expiries, priority, payload = raw.split("|", 4)
-        return cls(int(rid), int(attempts), int(expiries), int(priority), payload)
+    def parse(cls, raw: str | bytes) -> Envelope:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        rid, attempts, expiries, priority, lane, payload = text.split("|", 5)
+        return cls(int(rid), int(attempts), int(expiries), int(priority), lane, payload)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class NewRequest:
     priority: int = 0
     bucket: int | None = None
     member: int = 0
+    lane: str = ""
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,19 @@ class Failure:
     token: int
     reason: str
     permanent: bool = False
+    lane: str = ""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A lane's rate budget: one request per ``interval_ms`` with bursts of ``burst``;
+    ``interval_ms`` 0 means no budget."""
+
+    interval_ms: int = 0
+    burst: int = 1
+
+
+NO_BUDGET = Budget()
 
 
 @dataclass
@@ -56,6 +72,8 @@ class ClaimResult:
     now_ms: int
     queued: int
     leases: int
+    next_ms: int = -1  # earliest time a lane is ready (now when one is, -1: no lane)
+    ready_lanes: list[str] = field(default_factory=list)
     claims: list[tuple[int, Envelope]] = field(default_factory=list)
 
 
@@ -66,15 +84,38 @@ class CommitResult:
     fails: list[int]  # 0: lease no longer held, 1: requeued, 2: dead-lettered
 
 
+class _ExtraKeys:
+    """KEYS beyond a script's fixed ones, each named once, referred to by index."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        self._index: dict[str, int] = {}
+
+    def __call__(self, key: str) -> int:
+        idx = self._index.get(key)
+        if idx is None:
+            self.keys.append(key)
+            idx = self._index[key] = len(self.keys)
+        return idx
+
+
+def _lane_and_token(item: int | tuple[int, str]) -> tuple[int, str]:
+    return (item, "") if isinstance(item, int) else item
+
+
 class Frontier:
     def __init__(self, client: Any, keys: CrawlKeys, *, lease_ms: int, max_attempts: int,
-                 recover_batch: int = 500) -> None:
+                 recover_batch: int = 500, half_life_ms: int = 30_000,
+                 ready_lanes: int = 32) -> None:
         self.client = client
         self.keys = keys
         self.lease_ms = lease_ms
         self.max_attempts = max_attempts
         self.recover_batch = recover_batch
-        self._s = register(client, "claim", "commit", "recover", "renew", "release")
+        self.half_life_ms = half_life_ms
+        self.ready_lanes = ready_lanes
+        self._s = register(client, "claim", "commit", "expired", "recover", "renew", "release",
+                           "acquire", "penalize")
 
     async def check_layout(self, seen_bucket_bits: int) -> None:
         """Record the seen-set layout on first use; refuse a different one later."""
@@ -91,23 +132,18 @@ class Frontier:
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
                      fails: Sequence[Failure] = ()) -> CommitResult:
         k = self.keys
-        keys = [k.queue, k.seq, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
+        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
                 k.throughput]
-        index: dict[int, int] = {}
+        extra = _ExtraKeys(keys)
         args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts]
         for r in enqueue:
-            if r.bucket is None:
-                idx = 0
-            else:
-                idx = index.get(r.bucket, 0)
-                if not idx:
-                    keys.append(k.seen_bucket(r.bucket))
-                    idx = index[r.bucket] = len(keys)
-            args += [idx, r.member, r.priority, r.payload]
+            bucket = 0 if r.bucket is None else extra(k.seen_bucket(r.bucket))
+            args += [bucket, r.member, r.priority, extra(k.lane_queue(r.lane)), r.lane, r.payload]
         for token, rid in acks:
             args += [token, rid]
         for f in fails:
-            args += [f.token, f.reason[:REASON_CHARS], int(f.permanent)]
+            args += [f.token, f.reason[:REASON_CHARS], int(f.permanent),
+                     extra(k.lane_queue(f.lane)), f.lane]
         out = await self._s["commit"](keys=keys, args=args)
         n, m = len(enqueue), len(acks)
         return CommitResult([bool(x) for x in out[:n]], list(out[n:n + m]), list(out[n + m:]))
@@ -118,29 +154,49 @@ class Frontier:
     async def ack(self, token: int, rid: int) -> int:
         return (await self.commit(acks=[(token, rid)])).acks[0]
 
-    async def fail(self, token: int, reason: str, permanent: bool = False) -> int:
-        return (await self.commit(fails=[Failure(token, reason, permanent)])).fails[0]
+    async def fail(self, token: int, reason: str, permanent: bool = False, lane: str = "") -> int:
+        return (await self.commit(fails=[Failure(token, reason, permanent, lane)])).fails[0]
 
-    async def claim(self, count: int, worker_id: str) -> ClaimResult:
+    async def claim(self, count: int, worker_id: str,
+                    lanes: Sequence[tuple[str, Budget]] = (("", NO_BUDGET),)) -> ClaimResult:
+        """Claim up to ``count`` requests from the given candidate lanes (each with its
+        budget); the result names the lanes ready now, to pass next time."""
         k = self.keys
-        out = await self._s["claim"](
-            keys=[k.queue, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.seq,
-                  k.workers],
-            args=[count, self.lease_ms, worker_id])
-        result = ClaimResult(int(out[0]), int(out[1]), int(out[2]))
-        for i in range(3, len(out), 2):
-            raw = out[i + 1]
-            result.claims.append((int(out[i]), Envelope.parse(
-                raw.decode() if isinstance(raw, bytes) else raw)))
+        keys = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.seq,
+                k.workers, k.todo]
+        args: list[Any] = [count, self.lease_ms, worker_id, len(lanes), self.half_life_ms,
+                           self.ready_lanes]
+        for lane, budget in lanes:
+            keys += [k.lane_queue(lane), k.rate(lane)]
+            args += [lane, budget.interval_ms, budget.burst]
+        out = await self._s["claim"](keys=keys, args=args)
+        n = int(out[4])
+        ready = [x.decode() if isinstance(x, bytes) else x for x in out[5:5 + n]]
+        result = ClaimResult(int(out[0]), int(out[1]), int(out[2]), int(out[3]), ready)
+        rest = out[5 + n:]
+        for i in range(0, len(rest), 2):
+            result.claims.append((int(rest[i]), Envelope.parse(rest[i + 1])))
         return result
 
     async def recover(self) -> tuple[int, int, int]:
         """Requeue up to recover_batch expired leases: (requeued, dead, expired left)."""
         k = self.keys
-        out = await self._s["recover"](
-            keys=[k.queue, k.seq, k.stats, k.leases, k.inflight, k.dead],
-            args=[self.recover_batch, self.max_attempts])
-        return int(out[0]), int(out[1]), int(out[2])
+        out = await self._s["expired"](keys=[k.leases, k.inflight], args=[self.recover_batch])
+        left = int(out[1])
+        if len(out) == 2:
+            return 0, 0, left
+        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.dead]
+        extra = _ExtraKeys(keys)
+        args: list[Any] = [self.max_attempts]
+        for i in range(2, len(out), 2):
+            raw = out[i + 1]
+            try:
+                lane = Envelope.parse(raw).lane if raw else ""
+            except ValueError:
+                lane = ""  # malformed: recover.lua dead-letters it whatever the queue
+            args += [out[i], extra(k.lane_queue(lane))]
+        requeued, dead = await self._s["recover"](keys=keys, args=args)
+        return int(requeued), int(dead), left
 
     async def renew(self, worker_id: str, tokens: Sequence[int], info: str = "") -> list[int]:
         """Heartbeat + lease extension; returns the tokens whose lease was lost.
@@ -150,23 +206,49 @@ class Frontier:
                                      args=[self.lease_ms, worker_id, info, *tokens])
         return [int(t) for t in out[1:]]
 
-    async def release(self, worker_id: str, tokens: Sequence[int]) -> int:
+    async def release(self, worker_id: str, claims: Sequence[int | tuple[int, str]]) -> int:
+        """Give back unstarted claims: tokens, or (token, lane) for claims not in the
+        default lane."""
         k = self.keys
-        return int(await self._s["release"](
-            keys=[k.queue, k.seq, k.stats, k.leases, k.inflight, k.workers, k.worker_info],
-            args=[worker_id, *tokens]))
+        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.workers, k.worker_info]
+        extra = _ExtraKeys(keys)
+        args: list[Any] = [worker_id]
+        for item in claims:
+            token, lane = _lane_and_token(item)
+            args += [token, extra(k.lane_queue(lane))]
+        return int(await self._s["release"](keys=keys, args=args))
+
+    async def acquire(self, lane: str, budget: Budget) -> int:
+        """Take one request's worth of the lane's shared budget: 0 when the request may
+        start now, else the milliseconds to wait."""
+        k = self.keys
+        wait, _now = await self._s["acquire"](
+            keys=[k.rate(lane), k.lanes],
+            args=[lane, budget.interval_ms, budget.burst, self.half_life_ms])
+        return int(wait)
+
+    async def penalize(self, lane: str, block_ms: int = 0, slow_down: bool = False,
+                       crawl_delay_ms: int = -1) -> int:
+        """The lane's host asked to slow down: block it for ``block_ms`` for the whole
+        fleet, double its slowdown factor, and/or record its Crawl-delay. Returns the
+        time (ms of Redis TIME) until which the lane is blocked."""
+        k = self.keys
+        _now, blocked = await self._s["penalize"](
+            keys=[k.rate(lane), k.lanes],
+            args=[lane, block_ms, int(slow_down), crawl_delay_ms, self.half_life_ms])
+        return int(blocked)
 
     async def counts(self, worker_ttl_ms: int = 30_000) -> dict[str, int]:
-        """A snapshot of the crawl's counters (several reads, not one atomic view)."""
+        """A snapshot of the crawl's counters (one MULTI: a consistent view)."""
         k = self.keys
         async with self.client.pipeline(transaction=True) as p:
-            p.time().zcard(k.queue).zcard(k.leases).hlen(k.dead).hgetall(k.stats)
+            p.time().get(k.todo).zcard(k.leases).hlen(k.dead).hgetall(k.stats)
             p.zrangebyscore(k.workers, "-inf", "+inf", withscores=True)
-            now, queued, leases, dead, stats, workers = await p.execute()
+            now, todo, leases, dead, stats, workers = await p.execute()
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
         stats = {(a.decode() if isinstance(a, bytes) else a): int(b) for a, b in stats.items()}
         return {
-            "todo": int(queued), "processing": int(leases), "dead": int(dead),
+            "todo": int(todo or 0), "processing": int(leases), "dead": int(dead),
             "done": stats.get("done", 0),
             "workers_alive": sum(1 for _, ts in workers if now_ms - ts < worker_ttl_ms),
             **{f"total_{name}": v for name, v in stats.items()},

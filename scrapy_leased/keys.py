@@ -27,8 +27,28 @@ class CrawlKeys:
 
     @property
     def queue(self) -> str:
-        """ZSET: queued envelopes, score -priority, member <seq hex><envelope>."""
+        """ZSET: the default lane's queue (see ``lane_queue``)."""
         return self._key("queue")
+
+    def lane_queue(self, lane: str) -> str:
+        """ZSET: queued envelopes of one lane, score -priority, member
+        ``<12 hex seq><envelope>``. The default lane ``""`` is ``queue``."""
+        return self._key(f"queue:{lane}") if lane else self._key("queue")
+
+    def rate(self, lane: str) -> str:
+        """HASH: a lane's shared rate-budget state (lua/lib_rate.lua)."""
+        return self._key(f"rate:{lane}")
+
+    @property
+    def lanes(self) -> str:
+        """ZSET: lane -> time (ms of Redis TIME) from which it may be served; every lane
+        with queued requests is here."""
+        return self._key("lanes")
+
+    @property
+    def todo(self) -> str:
+        """STRING: number of queued requests, all lanes together."""
+        return self._key("todo")
 
     @property
     def seq(self) -> str:

@@ -11,6 +11,7 @@ in this worker. A heartbeat renews the leases; any worker requeues expired ones.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import logging
 import time
@@ -35,9 +36,11 @@ from .codec import PayloadError, decode_request, encode_request
 from .config import LeasedConfig
 from .connection import LeasedRedisError, connect, redact
 from .dupefilter import LeasedDupeFilter
-from .frontier import ClaimResult, CommitResult, Envelope, Failure, Frontier, NewRequest
+from .budget import Budgets
+from .frontier import Budget, ClaimResult, CommitResult, Failure, Frontier, NewRequest
 from .keys import CrawlKeys
 from .middleware import describe
+from .ratelimit import META_NOT_BEFORE
 from .writer import Batch, CommitWriter
 
 if TYPE_CHECKING:
@@ -59,11 +62,12 @@ def claim_token(request: Request) -> int | None:
 
 
 class _Claim:
-    __slots__ = ("token", "rid", "outstanding", "failure", "permanent", "lost")
+    __slots__ = ("token", "rid", "lane", "outstanding", "failure", "permanent", "lost")
 
-    def __init__(self, token: int, rid: int) -> None:
+    def __init__(self, token: int, rid: int, lane: str) -> None:
         self.token = token
         self.rid = rid
+        self.lane = lane
         self.outstanding = 1  # request objects of this claim not yet finished by Scrapy
         self.failure: str | None = None
         self.permanent = False
@@ -85,9 +89,11 @@ class _FinishHook(set):  # type: ignore[type-arg]
 
 
 class LeasedScheduler(BaseScheduler):
-    def __init__(self, crawler: Crawler, config: LeasedConfig, dupefilter: Any) -> None:
+    def __init__(self, crawler: Crawler, config: LeasedConfig, dupefilter: Any,
+                 budgets: Budgets) -> None:
         self.crawler = crawler
         self.config = config
+        self.budgets = budgets
         self.df = dupefilter
         self.stats = crawler.stats
         self.concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
@@ -98,6 +104,10 @@ class LeasedScheduler(BaseScheduler):
         self._claims: dict[int, _Claim] = {}
         self._ready: deque[tuple[Request, _Claim]] = deque()  # claimed, not yet started
         self._local: deque[tuple[Request, _Claim]] = deque()  # retries, redirects
+        # Continuations that must wait (no rate budget yet): (loop time, n, request, claim)
+        self._deferred: list[tuple[float, int, Request, _Claim]] = []
+        self._deferred_n = 0
+        self._lanes: list[str] = []  # lanes the last claim reported ready
         # Requests whose lease expired before (their worker died holding them) run
         # alone, so a request that crashes its worker is the only one charged for it.
         self._suspects: deque[tuple[Request, _Claim]] = deque()
@@ -119,7 +129,8 @@ class LeasedScheduler(BaseScheduler):
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = LeasedConfig.from_settings(crawler.settings)
         df_cls = load_object(crawler.settings["DUPEFILTER_CLASS"])
-        return cls(crawler, config, build_from_crawler(df_cls, crawler))
+        return cls(crawler, config, build_from_crawler(df_cls, crawler),
+                   Budgets.from_settings(crawler.settings))
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -150,7 +161,8 @@ class LeasedScheduler(BaseScheduler):
         keys = CrawlKeys(self.config.crawl_id or spider.name)
         self.frontier = Frontier(client, keys, lease_ms=self.config.lease_ms,
                                  max_attempts=self.config.max_attempts,
-                                 recover_batch=self.config.recover_batch)
+                                 recover_batch=self.config.recover_batch,
+                                 half_life_ms=self.budgets.half_life_ms)
         await self.frontier.check_layout(self.config.seen_bucket_bits)
         self.writer = CommitWriter(self.frontier, self._on_commit)
         self._install_finish_hook()
@@ -196,7 +208,7 @@ class LeasedScheduler(BaseScheduler):
             logger.error("Could not write everything to Redis before closing; the claims "
                          "concerned return to the queue when their leases expire")
         # Claims still here were never started (or wait for a retry): give them back.
-        tokens = list(self._claims)
+        tokens = [(c.token, c.lane) for c in self._claims.values()]
         try:
             released = await self.frontier.release(self.worker_id, tokens)
         except (RedisError, OSError) as exc:
@@ -210,13 +222,14 @@ class LeasedScheduler(BaseScheduler):
         self._claims.clear()
         self._ready.clear()
         self._local.clear()
+        self._deferred.clear()
         self._suspects.clear()
         await self.frontier.client.aclose()
 
     # -- Scrapy's scheduler interface -----------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        return bool(self._ready or self._local or self._suspects)
+        return bool(self._ready or self._local or self._suspects or self._deferred)
 
     def enqueue_request(self, request: Request) -> bool:
         token = request.meta.get(META_CLAIM)
@@ -224,8 +237,12 @@ class LeasedScheduler(BaseScheduler):
             claim = self._claims.get(token)
             if claim is not None:  # a retry or redirect: same claim, never dedupe-dropped
                 claim.outstanding += 1
-                self._local.append((request, claim))
-                self._wake_engine()
+                delay = request.meta.pop(META_NOT_BEFORE, None)
+                if delay:  # no rate budget for it yet: wait without holding a slot
+                    self._defer(request, claim, float(delay))
+                else:
+                    self._local.append((request, claim))
+                    self._wake_engine()
                 return True
             del request.meta[META_CLAIM]  # copied from a finished claim: a new request
         assert self.writer is not None and self.spider is not None
@@ -236,21 +253,24 @@ class LeasedScheduler(BaseScheduler):
             logger.error("Dropped a request that cannot be stored: %(error)s", {"error": exc},
                          extra={"spider": self.spider})
             return False
+        lane = self.budgets.lane_of(request)
         if request.dont_filter and not request.meta.get("is_start_request"):
-            new = NewRequest(payload, request.priority)
+            new = NewRequest(payload, request.priority, lane=lane)
         elif isinstance(self.df, LeasedDupeFilter):
             bucket, member = self.df.seen_key(request)
-            new = NewRequest(payload, request.priority, bucket, member)
+            new = NewRequest(payload, request.priority, bucket, member, lane)
         elif self.df.request_seen(request):
             return False
         else:
-            new = NewRequest(payload, request.priority)
+            new = NewRequest(payload, request.priority, lane=lane)
         self.writer.add_request(new, request)
         self.stats.inc_value("leased/enqueue_sent")
         return True
 
     def next_request(self) -> Request | None:
-        if self._local:
+        if self._deferred and self._deferred[0][0] <= asyncio.get_running_loop().time():
+            _, _, request, claim = heapq.heappop(self._deferred)
+        elif self._local:
             request, claim = self._local.popleft()
         elif self._isolated is not None:
             return None
@@ -288,7 +308,7 @@ class LeasedScheduler(BaseScheduler):
         if claim.failure is None:
             self.writer.add_ack(claim.token, claim.rid)
         else:
-            self.writer.add_fail(Failure(claim.token, claim.failure, claim.permanent))
+            self.writer.add_fail(Failure(claim.token, claim.failure, claim.permanent, claim.lane))
         if self._kick is not None:
             self._kick.set()
 
@@ -336,7 +356,8 @@ class LeasedScheduler(BaseScheduler):
             return 0  # the engine is shutting down: claim nothing new
         if self._suspects or self._isolated is not None:
             return 0  # a suspect runs alone: claim nothing until it is settled
-        busy = len(self._handed) + len(self._ready) + len(self._local) + len(self._suspects)
+        busy = (len(self._handed) + len(self._ready) + len(self._local) + len(self._suspects)
+                + len(self._deferred))
         return self.concurrency + self.config.prefetch - busy
 
     def _want_claims(self) -> None:
@@ -355,7 +376,11 @@ class LeasedScheduler(BaseScheduler):
             if want > 0:
                 generation = self.writer.generation
                 try:
-                    result = await self.frontier.claim(want, self.worker_id)
+                    result = await self.frontier.claim(want, self.worker_id, self._candidates())
+                    if not result.claims and set(result.ready_lanes) - set(self._lanes):
+                        self._lanes = result.ready_lanes  # ready lanes we did not ask for
+                        result = await self.frontier.claim(want, self.worker_id,
+                                                           self._candidates())
                 except (RedisError, OSError) as exc:
                     self._warn_once("claim", "Cannot claim from Redis, retrying: %s", exc)
                     await asyncio.sleep(delay)
@@ -363,13 +388,14 @@ class LeasedScheduler(BaseScheduler):
                     continue
                 delay = 0.05
                 self._warned.discard("claim")
+                self._lanes = result.ready_lanes
                 self._absorb(result)
                 self._starved = not result.claims
                 if result.claims:
                     self._wake_engine()
                     if len(result.claims) == want:
                         continue
-                elif result.queued == 0 and result.leases == 0 and not self.writer.pending \
+                elif result.next_ms < 0 and result.leases == 0 and not self.writer.pending \
                         and generation == self.writer.generation:
                     self._drained_seen_at = generation
                     self._wake_engine()  # lets the engine notice it is idle and ask to close
@@ -382,14 +408,14 @@ class LeasedScheduler(BaseScheduler):
     def _absorb(self, result: ClaimResult) -> None:
         assert self.spider is not None and self.writer is not None
         for token, env in result.claims:
-            claim = _Claim(token, env.rid)
+            claim = _Claim(token, env.rid, env.lane)
             try:
                 request = decode_request(env.payload, self.spider, env.priority)
             except PayloadError as exc:
                 self.stats.inc_value("leased/undecodable")
                 logger.error("Dead-lettering stored request %(rid)d: %(error)s",
                              {"rid": env.rid, "error": exc})
-                self.writer.add_fail(Failure(token, str(exc), permanent=True))
+                self.writer.add_fail(Failure(token, str(exc), permanent=True, lane=env.lane))
                 continue
             request.meta[META_CLAIM] = token
             self._claims[token] = claim
@@ -400,6 +426,19 @@ class LeasedScheduler(BaseScheduler):
                 self._suspects.append((request, claim))
             else:
                 self._ready.append((request, claim))
+
+    def _candidates(self) -> list[tuple[str, Budget]]:
+        """Lanes to claim from: those last reported ready, except lanes this worker
+        already holds waiting requests for (their budget is spoken for)."""
+        waiting = {claim.lane for _, _, _, claim in self._deferred}
+        return [(lane, self.budgets.for_lane(lane)) for lane in self._lanes
+                if lane not in waiting]
+
+    def _defer(self, request: Request, claim: _Claim, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._deferred_n += 1
+        heapq.heappush(self._deferred, (loop.time() + delay, self._deferred_n, request, claim))
+        loop.call_later(delay, self._wake_engine)
 
     def _on_spider_idle(self, spider: Spider) -> None:
         if self.config.keep_alive or self._closing:
@@ -458,7 +497,8 @@ class LeasedScheduler(BaseScheduler):
     def _worker_info(self) -> str:
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                            "started": self._started, "inflight": len(self._claims),
-                           "acked": self.stats.get_value("leased/acked", 0)})
+                           "acked": self.stats.get_value("leased/acked", 0),
+                           "capacity": self.concurrency + self.config.prefetch})
 
     def _warn_once(self, kind: str, msg: str, exc: BaseException) -> None:
         if kind not in self._warned:

@@ -7,17 +7,24 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-# Scripts that use the shared helpers get lib_settle.lua prepended.
-_USES_LIB = {"claim", "commit", "recover", "release"}
+# The shared helper files (lib_*.lua) each script gets prepended, in this order.
+_LIBS: dict[str, tuple[str, ...]] = {
+    "claim": ("lib_time", "lib_settle", "lib_rate"),
+    "commit": ("lib_time", "lib_settle"),
+    "expired": ("lib_time",),
+    "recover": ("lib_time", "lib_settle"),
+    "release": ("lib_settle",),
+    "acquire": ("lib_time", "lib_rate"),
+    "penalize": ("lib_time", "lib_rate"),
+}
 
 
 @cache
 def script_source(name: str) -> str:
     lua = files("scrapy_leased").joinpath("lua")
-    body = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    if name in _USES_LIB:
-        body = lua.joinpath("lib_settle.lua").read_text(encoding="utf-8") + "\n" + body
-    return body
+    parts = [lua.joinpath(f"{lib}.lua").read_text(encoding="utf-8") for lib in _LIBS.get(name, ())]
+    parts.append(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"))
+    return "\n".join(parts)
 
 
 def register(client: Any, *names: str) -> dict[str, Any]:

@@ -23,9 +23,11 @@ from scrapy import Request
 
 from scrapy_leased.codec import encode_request
 from scrapy_leased.connection import make_client
-from scrapy_leased.frontier import Envelope, Frontier, NewRequest
+from scrapy_leased.frontier import NO_BUDGET, Envelope, Frontier, NewRequest
 from scrapy_leased.keys import CrawlKeys
 from tests.support.redis_server import RedisServer, free_port
+
+LANE = "127.0.0.1"  # the lane (host) of every request to the test site
 
 # Short leases wherever a lease matters, so nothing in these tests waits 30 s.
 FAST = {"LEASED_LEASE_SECONDS": 2, "LEASED_SWEEP_INTERVAL": 0.5}
@@ -46,7 +48,7 @@ def crawl_state(r: redis.Redis, crawl_id: str) -> dict[str, Any]:
     dead = {_s(a): json.loads(b) for a, b in r.hgetall(k.dead).items()}
     return {
         "stats": stats,
-        "queue": r.zcard(k.queue),
+        "queue": sum(r.zcard(k.lane_queue(_s(lane))) for lane in r.zrange(k.lanes, 0, -1)),
         "leases": r.zcard(k.leases),
         "inflight": r.hlen(k.inflight),
         "dead": dead,
@@ -379,7 +381,7 @@ def test_sigterm_finishes_in_flight_and_releases_unstarted_claims(redis_server, 
     print(f"graceful stop took {time.monotonic() - t0:.2f}s")
 
     # right after exit: nothing leased, in flight, or registered
-    queue = [_s(m) for m in r.zrange(k.queue, 0, -1)]
+    queue = [_s(m) for m in r.zrange(k.lane_queue(LANE), 0, -1)]
     st = crawl_state(r, crawl_id)
     assert st["leases"] == 0 and st["inflight"] == 0, st
     assert st["workers"] == set(), st
@@ -405,7 +407,8 @@ def test_sigterm_finishes_in_flight_and_releases_unstarted_claims(redis_server, 
     assert len(queue) + st["stats"]["done"] == st["stats"]["enqueued"], st
 
     # ... and claimable at once (no lease to wait for)
-    res = run_frontier(redis_server.url, crawl_id, lambda f: f.claim(len(queue), "test"))
+    res = run_frontier(redis_server.url, crawl_id,
+                       lambda f: f.claim(len(queue), "test", [(LANE, NO_BUDGET)]))
     assert len(res.claims) == len(queue)
     assert [env.rid for _, env in res.claims[:released]] == [e.rid for e in front]
 
@@ -420,7 +423,8 @@ def test_garbage_in_the_queue_is_dead_lettered_with_a_reason(redis_server, make_
     r = redis_server.client()
     k = CrawlKeys(crawl_id)
     # not an envelope at all, and a well-formed envelope whose payload is not JSON
-    r.zadd(k.queue, {"garbage": 0, "000000000001" + "999|0|0|0|{not json": 0})
+    r.zadd(k.lane_queue(LANE), {"garbage": 0, "000000000001" + f"999|0|0|0|{LANE}|{{not json": 0})
+    r.zadd(k.lanes, {LANE: 0})
     w = start_worker(redis_server.url, crawl_id, site.url + "/p/0", settings=FAST)
     assert_exit(w, "finished")
 

@@ -30,6 +30,8 @@ from scrapy_leased.frontier import Envelope
 from scrapy_leased.keys import CrawlKeys
 from tests.support.site import page_links
 
+LANE = "127.0.0.1"  # the lane (host) of every request to the test site
+
 LEASE = 2.0
 SWEEP = 0.5
 RENEW = LEASE / 3
@@ -82,7 +84,7 @@ class CrawlState:
         return {int(t): Envelope.parse(v) for t, v in self.r.hgetall(self.k.inflight).items()}
 
     def queued(self) -> list[Envelope]:
-        return [Envelope.parse(m[12:]) for m in self.r.zrange(self.k.queue, 0, -1)]
+        return [Envelope.parse(m[12:]) for m in self.r.zrange(self.k.lane_queue(LANE), 0, -1)]
 
     def dead(self) -> dict[int, dict]:
         return {int(rid): json.loads(v) for rid, v in self.r.hgetall(self.k.dead).items()}
@@ -103,7 +105,7 @@ class CrawlState:
                 {int(t): Envelope.parse(v) for t, v in inflight.items()})
 
     def assert_drained(self) -> None:
-        assert self.r.zcard(self.k.queue) == 0
+        assert self.r.zcard(self.k.lane_queue(LANE)) == 0
         assert self.r.zcard(self.k.leases) == 0
         assert self.r.hlen(self.k.inflight) == 0
 
@@ -181,7 +183,7 @@ def test_kill9_worker_leases_recovered_and_every_page_done_once(
 
     def back() -> bool:
         p = st.r.pipeline(transaction=True)
-        p.zrange(st.k.leases, 0, -1).hvals(st.k.inflight).zrange(st.k.queue, 0, -1)
+        p.zrange(st.k.leases, 0, -1).hvals(st.k.inflight).zrange(st.k.lane_queue(LANE), 0, -1)
         p.hget(st.k.stats, "recovered")
         leased, infl, queue, recovered = p.execute()
         if set(map(int, leased)) & set(held):
@@ -399,7 +401,7 @@ class ChildrenMonitor(threading.Thread):
 
     def check(self) -> None:
         p = self.r.pipeline(transaction=True)
-        p.get(self.k.done).zrange(self.k.queue, 0, -1).hvals(self.k.inflight)
+        p.get(self.k.done).zrange(self.k.lane_queue(LANE), 0, -1).hvals(self.k.inflight)
         for key, member in self.seen_keys:
             p.sismember(key, member)
         done, queue, inflight, *seen = p.execute()
@@ -452,7 +454,7 @@ def test_ack_never_precedes_children_under_random_kills(
         for threshold in sorted(rng.sample(range(20, n_pages - 80), kills)):
             wait_for(lambda: st.stat("done") >= threshold, 60, f"{threshold} pages done")
             time.sleep(rng.uniform(0, 0.3))
-            busy = wait_for(lambda: st.r.zcard(st.k.queue) >= 10 and [
+            busy = wait_for(lambda: st.r.zcard(st.k.lane_queue(LANE)) >= 10 and [
                 w for w in live if w.running and w.pid in registered() and w.items()],
                 30, "a busy worker")
             victim = rng.choice(busy)

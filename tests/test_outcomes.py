@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.support.redis_server import free_port
+from scrapy_leased.frontier import Envelope
 from scrapy_leased.keys import CrawlKeys
 
 ACKED = ["/p/1", "/p/4", "/p/5", "/status/404", "/status/410", "/p/6", "/flaky/a?fail=2",
@@ -19,7 +20,7 @@ def _dead_by_path(client, keys: CrawlKeys) -> dict[str, dict]:
     out = {}
     for raw in client.hvals(keys.dead):
         entry = json.loads(raw)
-        payload = json.loads(entry["envelope"].split("|", 4)[4])
+        payload = json.loads(Envelope.parse(entry["envelope"]).payload)
         path = "/" + payload["u"].split("/", 3)[3]
         out[path] = entry
     return out
@@ -44,7 +45,8 @@ def test_every_completion_scenario_is_acked_or_failed_as_documented(
     assert stats["done"] == len(ACKED)
     assert stats["acked"] == len(ACKED)
     assert stats["claimed"] == len(ACKED) + len(FAILED)
-    assert client.zcard(keys.leases) == 0 and client.zcard(keys.queue) == 0
+    assert client.zcard(keys.leases) == 0 and client.zcard(keys.lanes) == 0
+    assert int(client.get(keys.todo)) == 0
     # retries and redirects continued the same claim: nothing else was queued
     assert stats["enqueued"] == len(ACKED) + len(FAILED)
     fetched = site.count_by_path()

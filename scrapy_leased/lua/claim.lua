@@ -1,6 +1,10 @@
--- claim: take up to N requests from the queue (highest priority first, FIFO within a
--- priority) and lease each one to this worker, in one atomic step.
--- KEYS[1] queue     ZSET  queued envelopes (see lib_settle.lua)
+-- claim: take up to N requests from ready lanes and lease each one to this worker, in
+-- one atomic step. A lane is ready when its time in `lanes` has come and its rate
+-- budget allows a request now (peeked, not taken: the downloader middleware takes it
+-- when the request starts). Lanes are served round-robin, one request at a time;
+-- within a lane, highest priority first, FIFO within a priority. A served lane moves
+-- behind the lanes not yet served (its time becomes now).
+-- KEYS[1] lanes     ZSET  lane -> time from which it may be served (ms)
 -- KEYS[2] leases    ZSET  claim token -> lease deadline (ms, Redis TIME)
 -- KEYS[3] inflight  HASH  claim token -> envelope
 -- KEYS[4] tokens    STRING  crawl-wide claim counter (fencing tokens, only grows)
@@ -9,45 +13,90 @@
 -- KEYS[7] dead      HASH  rid -> dead letter (JSON)
 -- KEYS[8] seq       STRING  queue order counter
 -- KEYS[9] workers   ZSET  worker id -> last heartbeat (ms)
--- ARGV[1] max number of requests to claim (may be 0: only report counts)
--- ARGV[2] lease length in ms
--- ARGV[3] worker id (its heartbeat is refreshed)
--- Returns {now_ms, queued_after, leases_after, token1, envelope1, token2, envelope2, ...}.
+-- KEYS[10] todo     STRING  number of queued requests (never below 0, even when
+--                  members were added to a queue by hand)
+-- KEYS[9 + 2i], KEYS[10 + 2i]: the queue ZSET and rate HASH of candidate lane i
+-- ARGV[1] max number of requests to claim (may be 0: only report)
+-- ARGV[2] lease length in ms  ARGV[3] worker id  ARGV[4] number of candidate lanes
+-- ARGV[5] slowdown half-life ms  ARGV[6] how many ready lanes to report
+-- ARGV[7..] per candidate lane: name, interval ms (0 = no budget), burst
+-- Returns {now_ms, todo, leases, next_ms, n, lane1..lane_n, token1, envelope1, ...}:
+-- lane1..n are ready lanes to pass as candidates next time, next_ms the earliest time
+-- any lane is ready (now when one is).
 -- Requests whose rid is already marked done (a stale copy requeued after its first
 -- worker acked late) are dropped here and counted in stats 'skipped_done'.
 -- A request whose lease expired before (expiries > 0: its worker died holding it) is
 -- claimed only alone, as the first and only request of a call, so that a request that
 -- crashes its worker does not take other claims down with it.
-local keys = {queue = KEYS[1], stats = KEYS[6], dead = KEYS[7], seq = KEYS[8]}
+local keys = {lanes = KEYS[1], stats = KEYS[6], dead = KEYS[7], seq = KEYS[8], todo = KEYS[10]}
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
+local half_life = tonumber(ARGV[5])
 local now = server_ms()
 redis.call('ZADD', KEYS[9], now, ARGV[3])
-local out = {now, 0, 0}
-local got = 0
-while got < want do
-  local popped = redis.call('ZPOPMIN', KEYS[1], 1)
-  if #popped == 0 then break end
-  local env = string.sub(popped[1], 13)
-  local rid, _, expiries = parse_envelope(env)
-  if not rid then
-    settle_failure(keys, popped[1], 'queue member is not an envelope', 1, true, now, 0)
-  elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
-    redis.call('HINCRBY', KEYS[6], 'skipped_done', 1)
-  elseif expiries ~= '0' and got > 0 then
-    redis.call('ZADD', KEYS[1], popped[2], popped[1])  -- a suspect goes alone: next call
-    break
-  else
-    local token = redis.call('INCR', KEYS[4])
-    redis.call('ZADD', KEYS[2], now + lease_ms, token)
-    redis.call('HSET', KEYS[3], token, env)
-    out[#out + 1] = token
-    out[#out + 1] = env
-    got = got + 1
-    if expiries ~= '0' then break end
+local active = {}
+for i = 1, tonumber(ARGV[4]) do
+  local lane, a = ARGV[4 + 3 * i], 4 + 3 * i
+  local score = redis.call('ZSCORE', KEYS[1], lane)
+  if score and tonumber(score) <= now then
+    local avail, ready = rate_available(KEYS[10 + 2 * i], tonumber(ARGV[a + 1]),
+      tonumber(ARGV[a + 2]), now, half_life)
+    if avail > 0 then
+      active[#active + 1] = {lane = lane, queue = KEYS[9 + 2 * i], avail = avail}
+    else
+      redis.call('ZADD', KEYS[1], 'XX', ready, lane)
+    end
   end
 end
+local claims = {}
+local got, stop = 0, false
+while got < want and #active > 0 and not stop do
+  local still = {}
+  for _, l in ipairs(active) do
+    if got >= want or stop then break end
+    local popped = redis.call('ZPOPMIN', l.queue, 1)
+    if #popped > 0 then
+      if tonumber(redis.call('GET', KEYS[10]) or 0) > 0 then redis.call('DECR', KEYS[10]) end
+      local env = string.sub(popped[1], 13)
+      local rid, _, expiries = parse_envelope(env)
+      if not rid then
+        settle_failure(keys, l.queue, popped[1], 'queue member is not an envelope', 1, true,
+          now, 0)
+      elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
+        redis.call('HINCRBY', KEYS[6], 'skipped_done', 1)
+      elseif expiries ~= '0' and got > 0 then
+        redis.call('ZADD', l.queue, popped[2], popped[1])  -- a suspect goes alone: next call
+        redis.call('INCR', KEYS[10])
+        stop = true
+      else
+        local token = redis.call('INCR', KEYS[4])
+        redis.call('ZADD', KEYS[2], now + lease_ms, token)
+        redis.call('HSET', KEYS[3], token, env)
+        claims[#claims + 1] = token
+        claims[#claims + 1] = env
+        got = got + 1
+        l.avail = l.avail - 1
+        if expiries ~= '0' then stop = true end
+      end
+    end
+    if redis.call('EXISTS', l.queue) == 0 then
+      redis.call('ZREM', KEYS[1], l.lane)
+    else
+      redis.call('ZADD', KEYS[1], 'XX', now, l.lane)
+      if l.avail > 0 then still[#still + 1] = l end
+    end
+  end
+  active = still
+end
 if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', got) end
-out[2] = redis.call('ZCARD', KEYS[1])
-out[3] = redis.call('ZCARD', KEYS[2])
+local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
+local next_ms = now
+if #ready == 0 then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  next_ms = first[2] and tonumber(first[2]) or -1
+end
+local out = {now, tonumber(redis.call('GET', KEYS[10]) or 0), redis.call('ZCARD', KEYS[2]),
+  next_ms, #ready}
+for _, lane in ipairs(ready) do out[#out + 1] = lane end
+for _, v in ipairs(claims) do out[#out + 1] = v end
 return out

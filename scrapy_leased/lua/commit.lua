@@ -2,75 +2,88 @@
 --   1. enqueue new requests, each deduplicated and pushed as ONE decision;
 --   2. ack finished claims (their children are already queued by step 1);
 --   3. fail claims (attempt +1, requeue at the back, or dead-letter).
--- KEYS[1] queue  KEYS[2] seq  KEYS[3] stats  KEYS[4] leases  KEYS[5] inflight
--- KEYS[6] done   KEYS[7] dead   KEYS[8] rids (request id counter)
--- KEYS[9] throughput (HASH 10-second bucket -> requests newly done)
--- KEYS[10..] seen buckets (SETs of 64-bit integers) referenced by the enqueues below
+-- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
+-- KEYS[6] inflight  KEYS[7] done  KEYS[8] dead  KEYS[9] rids (request id counter)
+-- KEYS[10] throughput (HASH 10-second bucket -> requests newly done)
+-- KEYS[11..] seen buckets (SETs of 64-bit integers) and lane queues, by index below
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
--- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority, payload}
+-- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority,
+--                   queue index into KEYS, lane, payload}
 -- then n_ack     x {token, rid}
--- then n_fail    x {token, reason, permanent (0/1)}
+-- then n_fail    x {token, reason, permanent (0/1), queue index into KEYS, lane}
 -- Returns {enqueue results (1 queued, 0 duplicate)...,
 --          ack results (bit 1: the lease was still held, bit 2: newly counted done)...,
 --          fail results (2 dead-lettered, 1 requeued, 0 lease no longer held)...}
-local keys = {queue = KEYS[1], seq = KEYS[2], stats = KEYS[3], dead = KEYS[7]}
+-- Errors, before changing anything, when a failed claim's lane is not the one given.
+local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3], stats = KEYS[4], dead = KEYS[8]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
+local fail_at = 5 + 6 * n_enq + 2 * n_ack
+for i = 0, n_fail - 1 do
+  local a = fail_at + 5 * i
+  local env = redis.call('HGET', KEYS[6], ARGV[a])
+  if env then
+    local rid, _, _, _, lane = parse_envelope(env)
+    if rid and lane ~= ARGV[a + 4] then
+      return redis.error_reply('commit: claim ' .. ARGV[a] .. ' is in lane ' .. lane ..
+        ', not ' .. ARGV[a + 4])
+    end
+  end
+end
 local out = {}
 local a = 5
 local queued, dups = 0, 0
 for _ = 1, n_enq do
   local bucket = tonumber(ARGV[a])
   if bucket == 0 or redis.call('SADD', KEYS[bucket], ARGV[a + 1]) == 1 then
-    local seq = redis.call('INCR', KEYS[2])
-    local rid = redis.call('INCR', KEYS[8])
-    redis.call('ZADD', KEYS[1], -tonumber(ARGV[a + 2]),
-      string.format('%012x', seq) .. rid .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 3])
+    local rid = redis.call('INCR', KEYS[9])
+    queue_push(keys, KEYS[tonumber(ARGV[a + 3])], ARGV[a + 4],
+      rid .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 4] .. '|' .. ARGV[a + 5], ARGV[a + 2], false)
     out[#out + 1] = 1
     queued = queued + 1
   else
     out[#out + 1] = 0
     dups = dups + 1
   end
-  a = a + 4
+  a = a + 6
 end
-if queued > 0 then redis.call('HINCRBY', KEYS[3], 'enqueued', queued) end
-if dups > 0 then redis.call('HINCRBY', KEYS[3], 'duplicates', dups) end
+if queued > 0 then redis.call('HINCRBY', KEYS[4], 'enqueued', queued) end
+if dups > 0 then redis.call('HINCRBY', KEYS[4], 'duplicates', dups) end
 local done_new, acked = 0, 0
 for _ = 1, n_ack do
   local token, rid = ARGV[a], ARGV[a + 1]
-  local held = redis.call('ZREM', KEYS[4], token)
-  redis.call('HDEL', KEYS[5], token)
+  local held = redis.call('ZREM', KEYS[5], token)
+  redis.call('HDEL', KEYS[6], token)
   local newly_done = held
   if tonumber(rid) <= MAX_BITMAP_RID then
-    newly_done = 1 - redis.call('SETBIT', KEYS[6], rid, 1)
+    newly_done = 1 - redis.call('SETBIT', KEYS[7], rid, 1)
   end
   done_new = done_new + newly_done
   out[#out + 1] = held + 2 * newly_done
   acked = acked + held
   a = a + 2
 end
-if acked > 0 then redis.call('HINCRBY', KEYS[3], 'acked', acked) end
+if acked > 0 then redis.call('HINCRBY', KEYS[4], 'acked', acked) end
 if done_new > 0 then
-  redis.call('HINCRBY', KEYS[3], 'done', done_new)
+  redis.call('HINCRBY', KEYS[4], 'done', done_new)
   local bucket = math.floor(server_ms() / 10000)
-  redis.call('HINCRBY', KEYS[9], bucket, done_new)
-  redis.call('HDEL', KEYS[9], bucket - 7, bucket - 8, bucket - 9, bucket - 10, bucket - 11)
+  redis.call('HINCRBY', KEYS[10], bucket, done_new)
+  redis.call('HDEL', KEYS[10], bucket - 7, bucket - 8, bucket - 9, bucket - 10, bucket - 11)
 end
 if n_fail > 0 then
   local now = server_ms()
   for _ = 1, n_fail do
     local token = ARGV[a]
-    if redis.call('ZREM', KEYS[4], token) == 1 then
-      local env = redis.call('HGET', KEYS[5], token)
-      redis.call('HDEL', KEYS[5], token)
-      redis.call('HINCRBY', KEYS[3], 'failed', 1)
-      out[#out + 1] = 1 + settle_failure(keys, env, ARGV[a + 1], max_attempts,
-        ARGV[a + 2] == '1', now, 0)
+    if redis.call('ZREM', KEYS[5], token) == 1 then
+      local env = redis.call('HGET', KEYS[6], token)
+      redis.call('HDEL', KEYS[6], token)
+      redis.call('HINCRBY', KEYS[4], 'failed', 1)
+      out[#out + 1] = 1 + settle_failure(keys, KEYS[tonumber(ARGV[a + 3])], env, ARGV[a + 1],
+        max_attempts, ARGV[a + 2] == '1', now, 0)
     else
       out[#out + 1] = 0
     end
-    a = a + 3
+    a = a + 5
   end
 end
 return out

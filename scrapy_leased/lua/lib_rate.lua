@@ -1,0 +1,56 @@
+-- Shared rate-budget helpers (GCRA), prepended by Python to claim.lua, acquire.lua and
+-- penalize.lua. Not a script on its own.
+--
+-- A lane's budget allows one request per `interval` ms with a burst of `burst`: in any
+-- window of t ms at most burst + t / interval requests start. State, in the lane's rate
+-- HASH (every time is Redis server time, in ms):
+--   tat  theoretical arrival time of the next request (GCRA)
+--   blk  no request before this time (Retry-After, 429/503)
+--   pf   slowdown factor set by a 429/503, halving every half_life ms; pt when set
+--   cd   robots.txt Crawl-delay in ms (the interval never goes below it)
+-- interval 0 means no budget: only blk and cd apply.
+
+local function rate_state(key)
+  local v = redis.call('HMGET', key, 'tat', 'blk', 'pf', 'pt', 'cd')
+  return tonumber(v[1]) or 0, tonumber(v[2]) or 0, tonumber(v[3]) or 1, tonumber(v[4]) or 0,
+    tonumber(v[5]) or 0
+end
+
+local function slowdown(pf, pt, now, half_life)
+  if pf <= 1 then return 1 end
+  return math.max(1, pf * 0.5 ^ ((now - pt) / half_life))
+end
+
+local function effective_interval(interval, pf, pt, cd, now, half_life)
+  return math.max(interval * slowdown(pf, pt, now, half_life), cd)
+end
+
+-- How many requests the lane may start now (no change made), and from when it is
+-- ready again when that is 0.
+local function rate_available(key, interval, burst, now, half_life)
+  local tat, blk, pf, pt, cd = rate_state(key)
+  if now < blk then return 0, blk end
+  local t = effective_interval(interval, pf, pt, cd, now, half_life)
+  if t <= 0 then return 1000000000, now end
+  local tau = (burst - 1) * t
+  tat = math.max(tat, now)
+  local n = math.floor((now + tau - tat) / t) + 1
+  if n <= 0 then return 0, tat - tau end
+  return math.min(n, burst), now
+end
+
+-- Take one request's worth of budget. Returns (wait, ready): wait 0 when the request
+-- may start now, else the ms to wait; ready is when the lane can start another one.
+local function rate_take(key, interval, burst, now, half_life)
+  local tat, blk, pf, pt, cd = rate_state(key)
+  if now < blk then return blk - now, blk end
+  local t = effective_interval(interval, pf, pt, cd, now, half_life)
+  if t <= 0 then return 0, now end
+  local tau = (burst - 1) * t
+  tat = math.max(tat, now)
+  if tat - tau > now then return tat - tau - now, tat - tau end
+  tat = tat + t
+  redis.call('HSET', key, 'tat', tat)
+  redis.call('PEXPIRE', key, math.floor(tat - now) + 3600000)
+  return 0, tat - tau
+end

@@ -1,0 +1,130 @@
+"""Downloader middleware enforcing each lane's shared rate budget at download time.
+
+Every request about to be downloaded takes one request's worth of its lane's budget in
+Redis (one Lua call, Redis time). A request that gets none never waits holding one of
+``CONCURRENT_REQUESTS``: a claimed request goes back to the scheduler with a not-before
+time (its claim and lease stay with this worker); a request that is not a claim (a
+robots.txt fetch) waits without blocking the reactor. 429 and 503 answers block the
+lane for the whole fleet (``Retry-After``, else ``LEASED_RATE_BACKOFF``) and slow it
+down, recovering over time; a robots.txt ``Crawl-delay`` becomes the lane's minimum
+interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy import Request
+from scrapy.exceptions import NotConfigured
+from scrapy.http import Response
+from scrapy.utils.httpobj import urlparse_cached
+
+from .budget import Budgets
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+#: request.meta key: seconds the scheduler must wait before handing the request out again.
+META_NOT_BEFORE = "_leased_not_before"
+SLOW_DOWN_STATUSES = (429, 503)
+MAX_RETRY_AFTER_S = 3600.0
+
+
+def retry_after_seconds(value: bytes | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), None if absent
+    or unreadable."""
+    if not value:
+        return None
+    text = value.decode("latin-1").strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time()  # the host's date vs. ours: best effort
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+class LeasedRateMiddleware:
+    def __init__(self, crawler: Crawler, budgets: Budgets) -> None:
+        self.crawler = crawler
+        self.budgets = budgets
+        self.stats = crawler.stats
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler, Budgets.from_settings(crawler.settings))
+
+    def _frontier(self) -> Any:
+        scheduler = getattr(self.crawler.engine, "_slot", None)
+        frontier = getattr(getattr(scheduler, "scheduler", None), "frontier", None)
+        if frontier is None:
+            raise NotConfigured("LeasedRateMiddleware needs scrapy_leased's scheduler")
+        return frontier
+
+    async def process_request(self, request: Request) -> Request | None:
+        lane = self.budgets.lane_of(request)
+        budget = self.budgets.for_lane(lane)
+        frontier = self._frontier()
+        while True:
+            try:
+                wait_ms = await frontier.acquire(lane, budget)
+            except (RedisError, OSError) as exc:
+                logger.warning("Rate budget unavailable (%(exc)s): %(request)s waits",
+                               {"exc": exc, "request": request})
+                wait_ms = 1000
+            if wait_ms <= 0:
+                return None
+            self.stats.inc_value("leased/budget_waits")
+            if "_leased_claim" in request.meta:
+                request.meta[META_NOT_BEFORE] = wait_ms / 1000
+                return request  # back to the scheduler: frees the concurrency slot
+            await asyncio.sleep(wait_ms / 1000)
+
+    async def process_response(self, request: Request, response: Response) -> Response:
+        if response.status in SLOW_DOWN_STATUSES:
+            await self._slow_down(request, response)
+        elif (self.budgets.obey_crawl_delay and response.status == 200
+              and urlparse_cached(request).path == "/robots.txt"):
+            await self._crawl_delay(request, response)
+        return response
+
+    async def _slow_down(self, request: Request, response: Response) -> None:
+        seconds = retry_after_seconds(response.headers.get(b"Retry-After"))
+        block_ms = int(seconds * 1000) if seconds is not None else self.budgets.backoff_ms
+        lane = self.budgets.lane_of(request)
+        try:
+            await self._frontier().penalize(lane, block_ms=block_ms, slow_down=True)
+        except (RedisError, OSError) as exc:
+            logger.warning("Could not record the slow-down of %(lane)s: %(exc)s",
+                           {"lane": lane, "exc": exc})
+            return
+        self.stats.inc_value("leased/budget_penalties")
+        logger.info("%(lane)s answered %(status)d: no request to it for %(s).1f s from any "
+                    "worker, then a slower rate", {"lane": lane, "status": response.status,
+                                                    "s": block_ms / 1000})
+
+    async def _crawl_delay(self, request: Request, response: Response) -> None:
+        from protego import Protego
+
+        try:
+            robots = Protego.parse(response.text)
+        except Exception:  # noqa: BLE001 - an unreadable robots.txt has no Crawl-delay
+            return
+        agent = (request.headers.get(b"User-Agent") or b"").decode("latin-1") or "*"
+        delay = robots.crawl_delay(agent)
+        if delay:
+            lane = self.budgets.lane_of(request)
+            await self._frontier().penalize(lane, crawl_delay_ms=int(float(delay) * 1000))
+            logger.info("%(lane)s asks for Crawl-delay %(d)s s: the fleet follows it",
+                        {"lane": lane, "d": delay})
