@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from scrapy.settings import Settings
 
+from scrapy_leased.budget import Budgets
 from scrapy_leased.config import LeasedConfig, LeasedConfigError
+from scrapy_leased.frontier import Budget
 
 
 def config(**values) -> LeasedConfig:
@@ -57,3 +59,30 @@ def test_bad_values_name_the_setting_and_the_value(name, value):
 def test_renew_interval_must_be_shorter_than_the_lease():
     with pytest.raises(LeasedConfigError, match="LEASED_RENEW_INTERVAL .* LEASED_LEASE_SECONDS"):
         config(LEASED_LEASE_SECONDS=5, LEASED_RENEW_INTERVAL=5)
+
+
+@pytest.mark.parametrize(("values", "needle"), [
+    ({"LEASED_RATE": "fast"}, "LEASED_RATE ('fast')"),
+    ({"LEASED_RATE": "0/min"}, "LEASED_RATE ('0/min')"),
+    ({"LEASED_RATE": "10/fortnight"}, "LEASED_RATE ('10/fortnight')"),
+    ({"LEASED_RATE": "10/s", "LEASED_RATE_BURST": "0"}, "burst of LEASED_RATE ('0')"),
+    ({"LEASED_RATES": {"a.com": {"rate": "1/s", "speed": 2}}}, "LEASED_RATES['a.com']"),
+    ({"LEASED_RATE_KEY": "ip"}, "LEASED_RATE_KEY ('ip')"),
+    ({"LEASED_RATE_BACKOFF": "-1"}, "LEASED_RATE_BACKOFF ('-1')"),
+])
+def test_bad_rate_settings_name_the_setting_and_the_value(values, needle):
+    with pytest.raises(LeasedConfigError) as err:
+        Budgets.from_settings(Settings(values))
+    assert needle in str(err.value)
+
+
+def test_rates_are_rounded_to_never_exceed_and_most_specific_pattern_wins():
+    b = Budgets.from_settings(Settings({
+        "LEASED_RATE": "3/s", "LEASED_RATE_BURST": 2,
+        "LEASED_RATES": {"a.example.com": "1/s", "*.example.com": {"rate": "30/min", "burst": 4}},
+    }))
+    assert b.default == Budget(334, 2)  # 3/s rounded up to 334 ms: never above 3/s
+    assert b.for_lane("a.example.com") == Budget(1000, 2)
+    assert b.for_lane("b.example.com") == b.for_lane("example.com") == Budget(2000, 4)
+    assert b.for_lane("notexample.com") == Budget(334, 2)
+    assert not Budgets.from_settings(Settings()).enabled

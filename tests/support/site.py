@@ -15,6 +15,8 @@ Routes (any query string is accepted and ignored unless documented):
 ``/status/{code}``    answers with that HTTP status code (small HTML body).
 ``/redirect/{i}``     302 to ``/p/{i}``.
 ``/flaky/{key}?fail=N``  503 for the first N requests of that key, then 200.
+``/busy/{key}?after=S&times=N``  429 with ``Retry-After: S`` for the first N requests
+                      of that key (default 1), then 200.
 anything else         404.
 
 Page i has ``<title>page {i}</title>`` and links (relative, ``/p/{j}``) to its
@@ -139,6 +141,15 @@ class _Handler(BaseHTTPRequestHandler):
             i = self._page_index(parts[1])
             if i is not None:
                 return self._send(302, b"", headers={"Location": f"/p/{i}"})
+        elif len(parts) == 2 and parts[0] == "busy":
+            # /busy/KEY?after=S&times=N: 429 with Retry-After: S for the first N requests
+            query = parse_qs(split.query)
+            times = int(query.get("times", ["1"])[0])
+            if self.site._hit("busy:" + parts[1]) <= times:
+                after = query.get("after", ["5"])[0]
+                return self._send(429, b"<html><body>slow down</body></html>\n",
+                                  headers={"Retry-After": after})
+            return self._send(200, b"<html><head><title>busy ok</title></head><body>ok</body></html>\n")
         elif len(parts) == 2 and parts[0] == "flaky":
             # /flaky/KEY?fail=N: 503 for the first N requests of KEY, then a page
             fail = int(parse_qs(split.query).get("fail", ["1"])[0])

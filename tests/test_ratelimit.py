@@ -1,0 +1,157 @@
+"""The shared per-host rate budget, measured from the test site's own request log.
+
+Real `scrapy crawl` workers, a real redis-server, a site on several loopback
+addresses (one host each). Every check reads the whole log, not a sample.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections import defaultdict
+
+import pytest
+
+from tests.support.site import Site
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+WAIT = 180
+
+
+def times_by_host(entries, host_key: str = "server_host") -> dict[str, list[float]]:
+    out: dict[str, list[float]] = defaultdict(list)
+    for e in entries:
+        out[e[host_key]].append(e["t"])
+    return {h: sorted(ts) for h, ts in out.items()}
+
+
+# The site logs when a request arrives; the budget is taken when it is about to be
+# sent. Arrival trails that moment by a transit time that varies by a few ms on
+# loopback, so windows are checked shortened by this much.
+TRANSIT = 0.1
+
+
+def max_in_window(ts: list[float], window: float) -> int:
+    """The most requests in any half-open window [t, t + window), over every start t
+    that is a request time (the maximum is always reached at one)."""
+    return max((bisect.bisect_left(ts, t + window) - i for i, t in enumerate(ts)), default=0)
+
+
+def wait_until(pred, timeout: float, what: str, workers=()) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        for w in workers:
+            assert w.running, f"{w.name} exited while waiting for {what}:\n{w.log_tail()}"
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop_all(workers) -> None:
+    for w in workers:
+        w.sigterm()
+    for w in workers:
+        assert w.wait(60) == 0, w.log_tail()
+
+
+@pytest.mark.skipif(not os.path.exists(LIBFAKETIME), reason="libfaketime is not installed")
+def test_three_workers_never_exceed_the_budget_even_with_skewed_clocks(
+        redis_server, crawl_id, make_site, start_worker):
+    """3 workers (clocks +300 s, -300 s and true), 3 hosts, 120/min with burst 5: in every
+    sliding 10 s and 60 s window each host gets at most 5 + 120 * t / 60 requests, and
+    the fleet uses at least 90 % of the budget."""
+    rate_per_min, burst, run_s = 120, 5, 66.0
+    site = make_site(pages=400, ports=3, distinct_hosts=True)
+    settings = {"LEASED_RATE": f"{rate_per_min}/min", "LEASED_RATE_BURST": burst}
+    clocks = [{}, {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": "+300s"},
+              {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": "-300s"}]
+    starts = [f"{u}/p/0" for u in site.urls]
+    workers = [start_worker(redis_server.url, crawl_id, starts, settings=settings,
+                            name=f"w{i}", env=env) for i, env in enumerate(clocks)]
+    wait_until(lambda: len(site.entries()) > 0, 60, "a first request", workers)
+    time.sleep(run_s)
+    for w in workers:
+        assert w.running, w.log_tail()
+    stop_all(workers)
+
+    per_host = times_by_host(site.entries())
+    assert set(per_host) == {"127.0.0.1", "127.0.0.2", "127.0.0.3"}
+    for w in workers:
+        assert len(w.items()) > 0, f"{w.name} did no work:\n{w.log_tail()}"
+    for host, ts in per_host.items():
+        m10, m60 = max_in_window(ts, 10.0 - TRANSIT), max_in_window(ts, 60.0 - TRANSIT)
+        limit10, limit60 = burst + rate_per_min * 10 // 60, burst + rate_per_min
+        span = ts[-1] - ts[0]
+        achieved = (len(ts) - burst) / span * 60
+        print(f"{host}: {len(ts)} requests in {span:.1f} s; max in 10 s: {m10} (limit {limit10}; "
+              f"{max_in_window(ts, 10.0)} without the transit allowance), max in 60 s: {m60} "
+              f"(limit {limit60}); achieved {achieved:.1f}/min "
+              f"({achieved / rate_per_min:.0%} of {rate_per_min}/min)")
+        assert m10 <= limit10 and m60 <= limit60
+        assert achieved >= 0.9 * rate_per_min
+        assert span >= 60.0
+
+
+def test_a_hot_host_does_not_hold_up_the_others(
+        redis_server, crawl_id, make_site, make_site_process, start_worker):
+    """One host limited to 30/min with 1,000 queued pages, plus 20 unlimited hosts of 100
+    pages each, 2 workers with CONCURRENT_REQUESTS=16: the 2,000 unlimited pages finish
+    in about the time they take without the hot host, and the hot host stays within
+    its budget."""
+    cold = make_site_process(pages=100, ports=20, distinct_hosts=True)  # 127.0.0.1..20
+    hot = make_site(pages=1000, hosts=["127.0.0.21"])
+    settings = {"CONCURRENT_REQUESTS": 16, "LEASED_RATES": {"127.0.0.21": "30/min"}}
+    cold_starts = [f"{u}/p/0" for u in cold.urls]
+
+    def run(starts: list[str], crawl: str) -> float:
+        """Seconds from the first to the last of the 2,000 unlimited pages."""
+        before = len(cold.entries())
+        workers = [start_worker(redis_server.url, crawl, starts, settings=settings,
+                                name=f"{crawl[-5:]}{i}") for i in range(2)]
+        wait_until(lambda: len(cold.entries()) >= before + 2000, WAIT,
+                   "2,000 unlimited pages", workers)
+        stop_all(workers)
+        ts = [e["t"] for e in cold.entries()[before:]]
+        return max(ts) - min(ts)
+
+    alone = run(cold_starts, crawl_id + "-alone")
+    mixed = run(cold_starts + [f"{hot.urls[0]}/p/0"], crawl_id + "-mixed")
+    hot_times = sorted(e["t"] for e in hot.entries())
+    print(f"2,000 unlimited pages: {alone:.2f} s alone, {mixed:.2f} s beside the hot host "
+          f"({mixed / alone:.2f}x); hot host: {len(hot_times)} requests, max in 10 s: "
+          f"{max_in_window(hot_times, 10.0)}, max in 60 s: {max_in_window(hot_times, 60.0)}")
+    entries = cold.entries()
+    paths = defaultdict(int)
+    for e in entries:
+        paths[(e["server_host"], e["path"])] += 1
+    assert len(paths) == 2000 and set(paths.values()) == {2}  # two crawls: once each
+    assert mixed <= alone * 1.5 + 3.0
+    assert max_in_window(hot_times, 10.0) <= 1 + 30 * 10 // 60
+    assert max_in_window(hot_times, 60.0) <= 1 + 30
+
+
+def test_429_with_retry_after_blocks_the_host_for_the_whole_fleet(
+        redis_server, crawl_id, make_site, start_worker):
+    """A host answering 429 with Retry-After: 5 gets no request from any worker for 5 s
+    (measured from the 429 the site sent), then is crawled again."""
+    site = make_site(pages=100)
+    settings = {"LEASED_RATE": "600/min", "CONCURRENT_REQUESTS": 4}
+    starts = [f"{site.url}/p/0", f"{site.url}/p/1", f"{site.url}/busy/a?after=5"]
+    workers = [start_worker(redis_server.url, crawl_id, starts, settings=settings, name=f"w{i}")
+               for i in range(2)]
+    for w in workers:
+        assert w.wait(WAIT) == 0, w.log_tail()
+        assert w.close_reason() == "finished"
+    entries = sorted(site.entries(), key=lambda e: e["t"])
+    t429 = [e["t"] for e in entries if e["status"] == 429]
+    assert len(t429) == 1
+    during = [e for e in entries if t429[0] + 0.1 < e["t"] < t429[0] + 5.0]
+    after = [e for e in entries if e["t"] >= t429[0] + 5.0]
+    gap = min(e["t"] for e in after) - t429[0]
+    print(f"429 at t0; next request to the host at t0 + {gap:.2f} s; "
+          f"{len(after)} requests after the block")
+    assert during == [], during[:5]
+    assert any(e["path"] == "/busy/a?after=5" and e["status"] == 200 for e in after)
+    assert {e["path"] for e in entries if e["status"] == 200} >= {f"/p/{i}" for i in range(100)}
