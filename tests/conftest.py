@@ -111,3 +111,15 @@ def start_worker(request, tmp_path: Path):
 @pytest.fixture
 def worker(start_worker):
     return start_worker
+
+
+@pytest.fixture(params=["redis", "sqlite", "postgresql"])
+def target(request, redis_server, crawl_id, tmp_path):
+    """An UpsertPipeline backend (tests/support/upsert.py), cleaned up afterwards."""
+    from tests.support.upsert import make_target
+
+    t = make_target(request.param, redis_server=redis_server, crawl_id=crawl_id,
+                    tmp_path=tmp_path)
+    yield t
+    for fn in t.cleanup:
+        fn()

@@ -11,24 +11,15 @@
 
 from __future__ import annotations
 
-import pytest
 
 from scrapy_leased.keys import CrawlKeys
 from tests.support.redis_server import free_port
-from tests.support.upsert import PostgresServer, make_target, pg_records
+from tests.support.upsert import PostgresServer, pg_records
 
-BACKENDS = ["redis", "sqlite", "postgresql"]
 # Short leases so a dead or frozen worker's requests come back quickly.
 FAST_LEASES = {"LEASED_LEASE_SECONDS": 2, "LEASED_SWEEP_INTERVAL": 0.5}
 
 
-@pytest.fixture(params=BACKENDS)
-def target(request, redis_server, crawl_id, tmp_path):
-    t = make_target(request.param, redis_server=redis_server, crawl_id=crawl_id,
-                    tmp_path=tmp_path)
-    yield t
-    for fn in t.cleanup:
-        fn()
 
 
 def fleet_stats(redis_server, crawl_id) -> dict[str, int]:

@@ -30,18 +30,10 @@ from scrapy_leased.upsert.config import UpsertConfig
 from scrapy_leased.upsert.records import Record
 from scrapy_leased.upsert.stores import make_store
 from tests.support.redis_server import RedisServer
-from tests.support.upsert import PostgresServer, make_target, pg_records, redis_records
-
-BACKENDS = ["redis", "sqlite", "postgresql"]
+from tests.support.upsert import PostgresServer, pg_records, redis_records
 
 
-@pytest.fixture(params=BACKENDS)
-def target(request, redis_server, crawl_id, tmp_path):
-    t = make_target(request.param, redis_server=redis_server, crawl_id=crawl_id,
-                    tmp_path=tmp_path)
-    yield t
-    for fn in t.cleanup:
-        fn()
+
 
 
 def settings_for(target, redis_server, crawl_id, **extra) -> dict[str, Any]:
