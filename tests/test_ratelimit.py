@@ -155,3 +155,52 @@ def test_429_with_retry_after_blocks_the_host_for_the_whole_fleet(
     assert during == [], during[:5]
     assert any(e["path"] == "/busy/a?after=5" and e["status"] == 200 for e in after)
     assert {e["path"] for e in entries if e["status"] == 200} >= {f"/p/{i}" for i in range(100)}
+
+
+def test_robots_crawl_delay_paces_the_whole_fleet(redis_server, crawl_id, start_worker):
+    """A host whose robots.txt says Crawl-delay: 1 gets its pages at least ~1 s apart
+    from two workers together (ROBOTSTXT_OBEY on, no budget configured)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    log: list[tuple[float, str]] = []
+    pages = 6
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            log.append((time.time(), self.path))
+            if self.path == "/robots.txt":
+                body = b"User-agent: *\nCrawl-delay: 1\n"
+            elif self.path.startswith("/p/"):
+                i = int(self.path[3:])
+                links = "".join(f'<a href="/p/{j}">{j}</a>' for j in range(i + 1, pages))
+                body = f"<html><body>{links}</body></html>".encode()
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html" if b"<" in body else "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.5", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.5:{server.server_address[1]}/p/0"
+        workers = [start_worker(redis_server.url, crawl_id, url, name=f"w{i}",
+                                settings={"ROBOTSTXT_OBEY": True}) for i in range(2)]
+        for w in workers:
+            assert w.wait(WAIT) == 0, w.log_tail()
+            assert w.close_reason() == "finished"
+    finally:
+        server.shutdown()
+    page_times = sorted(t for t, path in log if path.startswith("/p/"))
+    gaps = [b - a for a, b in zip(page_times, page_times[1:])]
+    print(f"{len(page_times)} pages, gaps between them: {', '.join(f'{g:.2f}' for g in gaps)} s")
+    assert len(page_times) == pages
+    assert all(g >= 1.0 - TRANSIT for g in gaps), gaps
