@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from .config import LeasedConfig
 from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
+from .logstats import LeasedLogStats, logstats_interval
 from .budget import Budgets
 from .middleware import LeasedFailureMiddleware
 from .ratelimit import LeasedRateMiddleware
@@ -26,6 +27,8 @@ RATE_MIDDLEWARE_ORDER = 950
 UPSERT_PIPELINE_ORDER = 800
 #: Next to the engine, so it sees the items every other spider middleware let through.
 UPSERT_FENCE_MIDDLEWARE_ORDER = 10
+#: The fleet log line (like Scrapy's LogStats, also at 0).
+LOGSTATS_EXTENSION_ORDER = 0
 
 
 class Addon:
@@ -45,6 +48,10 @@ class Addon:
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", LeasedRateMiddleware, RATE_MIDDLEWARE_ORDER
         )
+        if logstats_interval(settings):  # validated here: a bad value stops the crawl
+            settings.setdefault_in_component_priority_dict(
+                "EXTENSIONS", LeasedLogStats, LOGSTATS_EXTENSION_ORDER
+            )
         if UpsertConfig.from_settings(settings).enabled:
             settings.setdefault_in_component_priority_dict(
                 "ITEM_PIPELINES", UpsertPipeline, UPSERT_PIPELINE_ORDER

@@ -44,6 +44,7 @@ __all__ = [
     "EmbeddedRedisError",
     "find_server_binary",
     "ensure_embedded_redis",
+    "running_embedded_redis",
     "stop_embedded_redis",
 ]
 
@@ -347,6 +348,16 @@ def ensure_embedded_redis(
                 "missing; stop it first."
             )
         return _start(find_server_binary(binary), root, timeout)
+
+
+def running_embedded_redis(data_dir: str | os.PathLike[str]) -> str | None:
+    """URL of the embedded server of ``data_dir`` if one answers there, else None.
+
+    Never starts a server (for read-only tools such as ``scrapy leased status``).
+    """
+    root = Path(os.path.realpath(data_dir))
+    url = _read(root / ADDRESS_FILE)
+    return url if url and _probe(url, root) == "ok" else None
 
 
 def stop_embedded_redis(

@@ -16,6 +16,7 @@ _LIBS: dict[str, tuple[str, ...]] = {
     "release": ("lib_settle",),
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),
+    "requeue_dead": ("lib_settle",),  # admin.py (scrapy leased dead --requeue)
 }
 
 

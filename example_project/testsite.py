@@ -1,0 +1,520 @@
+"""A deterministic local test website, for the example project and the tests.
+
+The single implementation of the site: ``tests/support/site.py`` imports it from
+here. Standard library only, so it runs anywhere Python 3 does.
+
+Runs in-process (one background thread per listening port) or as a
+subprocess::
+
+    python example_project/testsite.py --pages 5000 --port 0 --log /tmp/site.jsonl
+
+The subprocess prints one JSON line ``{"urls": [...], "pid": ...}`` on stdout
+once it is listening (see :class:`SiteProcess`), then serves until killed.
+
+Routes (any query string is accepted and ignored unless documented):
+
+``/p/{i}``            page i (0 <= i < pages), else 404.
+``/slow/{i}?s=SEC``   sleeps SEC seconds (float, default 1) then serves page i.
+``/status/{code}``    answers with that HTTP status code (small HTML body).
+``/redirect/{i}``     302 to ``/p/{i}``.
+``/flaky/{key}?fail=N``  503 for the first N requests of that key, then 200.
+``/busy/{key}?after=S&times=N``  429 with ``Retry-After: S`` for the first N requests
+                      of that key (default 1), then 200.
+anything else         404.
+
+Page i has ``<title>page {i}</title>`` and links (relative, ``/p/{j}``) to its
+children ``i*10+1 .. i*10+10`` (those < pages, so every page is reachable from
+``/p/0`` as a tree) plus the cross links ``(i+1) % pages`` and
+``(i*7+3) % pages`` (so duplicates are discovered), except that nothing links
+to page 0 (the start page; a dont_filter start request would otherwise be
+fetched twice).  See :func:`page_links`.
+
+With several listeners and ``spread=True`` (``--spread``), the pages are split
+between them: page j lives on listener ``j % ports``, and every link is absolute,
+to the listener of its target, so one crawl from ``/p/0`` of the first listener
+visits each of the N pages once, spread over several hosts (use distinct hosts,
+127.0.0.1, 127.0.0.2, ..., for one download slot and one rate budget per host).
+``delay`` (``--delay``) makes every ``/p/`` page take that many seconds.
+
+Every request is logged as a dict::
+
+    {"t": time.time(), "method": "GET", "path": "/p/3?x=1", "host": "<Host header>",
+     "user_agent": "<User-Agent header>", "port": <server port>,
+     "server_host": "<bind address>", "status": 200}
+
+kept in memory (``Site.log``, a list guarded by a lock) and, if ``log_path``
+is given, appended as one JSON line per request to that file (flushed per
+line, so a test can read it while the site runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Iterable
+from urllib.parse import parse_qs, urlsplit
+
+SCRIPT = Path(__file__).resolve()
+
+N_CHILDREN = 10
+
+
+def page_children(i: int, pages: int) -> list[int]:
+    """Tree children of page i: i*10+1 .. i*10+10, those < pages."""
+    return [j for j in range(i * N_CHILDREN + 1, i * N_CHILDREN + N_CHILDREN + 1) if j < pages]
+
+
+def page_cross_links(i: int, pages: int) -> list[int]:
+    """Cross links of page i (may duplicate tree links): (i+1)%N and
+    (i*7+3)%N, except that no page links to page 0: /p/0 is the usual start
+    URL, and start requests are dont_filter=True (never recorded by the
+    dupefilter), so a link back to it would fetch it a second time."""
+    return [j for j in ((i + 1) % pages, (i * 7 + 3) % pages) if j != 0]
+
+
+def page_links(i: int, pages: int) -> list[int]:
+    """All page indexes linked from page i, in document order (may repeat)."""
+    return page_children(i, pages) + page_cross_links(i, pages)
+
+
+def page_html(i: int, pages: int, bases: list[str] | None = None) -> bytes:
+    """Page i; with ``bases`` (one base URL per listener) links are absolute, page j
+    on ``bases[j % len(bases)]``."""
+    def href(j: int) -> str:
+        return f"{bases[j % len(bases)]}/p/{j}" if bases else f"/p/{j}"
+
+    links = "\n".join(f'<li><a href="{href(j)}">page {j}</a></li>' for j in page_links(i, pages))
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        f"<title>page {i}</title></head>\n<body><h1>page {i}</h1>\n"
+        f"<ul>\n{links}\n</ul>\n</body></html>\n"
+    ).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # keep-alive: Scrapy uses persistent HTTP/1.1 connections
+    protocol_version = "HTTP/1.1"
+    # idle keep-alive connections are dropped after this many seconds
+    timeout = 60
+    server_version = "LeasedTestSite/1.0"
+    sys_version = ""
+
+    # set on the subclass made per Site
+    site: "Site"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # we keep our own structured log
+
+    def _send(self, status: int, body: bytes, content_type: str = "text/html; charset=utf-8",
+              headers: dict[str, str] | None = None) -> None:
+        self.site._record(self, status)
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _page_index(self, s: str) -> int | None:
+        try:
+            i = int(s)
+        except ValueError:
+            return None
+        if 0 <= i < self.site.pages:
+            return i
+        return None
+
+    def _route(self) -> None:
+        split = urlsplit(self.path)
+        parts = split.path.strip("/").split("/")
+        pages = self.site.pages
+        if len(parts) == 2 and parts[0] == "p":
+            i = self._page_index(parts[1])
+            if i is not None:
+                if self.site.delay > 0:
+                    time.sleep(self.site.delay)
+                return self._send(200, page_html(i, pages, self.site.link_bases))
+        elif len(parts) == 2 and parts[0] == "slow":
+            i = self._page_index(parts[1])
+            if i is not None:
+                try:
+                    seconds = float(parse_qs(split.query).get("s", ["1"])[0])
+                except ValueError:
+                    seconds = 1.0
+                time.sleep(max(0.0, seconds))
+                return self._send(200, page_html(i, pages, self.site.link_bases))
+        elif len(parts) == 2 and parts[0] == "redirect":
+            i = self._page_index(parts[1])
+            if i is not None:
+                return self._send(302, b"", headers={"Location": f"/p/{i}"})
+        elif len(parts) == 2 and parts[0] == "busy":
+            # /busy/KEY?after=S&times=N: 429 with Retry-After: S for the first N requests
+            query = parse_qs(split.query)
+            times = int(query.get("times", ["1"])[0])
+            if self.site._hit("busy:" + parts[1]) <= times:
+                after = query.get("after", ["5"])[0]
+                return self._send(429, b"<html><body>slow down</body></html>\n",
+                                  headers={"Retry-After": after})
+            return self._send(200, b"<html><head><title>busy ok</title></head><body>ok</body></html>\n")
+        elif len(parts) == 2 and parts[0] == "flaky":
+            # /flaky/KEY?fail=N: 503 for the first N requests of KEY, then a page
+            fail = int(parse_qs(split.query).get("fail", ["1"])[0])
+            if self.site._hit(parts[1]) <= fail:
+                return self._send(503, b"<html><body>try again</body></html>\n")
+            return self._send(200, b"<html><head><title>flaky ok</title></head><body>ok</body></html>\n")
+        elif len(parts) == 2 and parts[0] == "status":
+            try:
+                code = int(parts[1])
+            except ValueError:
+                code = 0
+            if 100 <= code <= 999:
+                body = f"<html><head><title>status {code}</title></head><body>status {code}</body></html>\n"
+                return self._send(code, body.encode())
+        self._send(404, b"<html><head><title>not found</title></head><body>not found</body></html>\n")
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._route()
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._route()
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self._route()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    # several workers x CONCURRENT_REQUESTS connect at once; the default of 5
+    # drops SYNs and costs 1 s retransmits
+    request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a crawler killed with kill -9 resets its connections: not the site's error
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class Site:
+    """The test website.  ``Site(pages=500, log_path=None, ports=1).start()``.
+
+    ``ports``: how many listening sockets (each a full copy of the site, with
+    relative links, so a crawl stays on the host:port it started on).
+    ``hosts``: bind addresses, one per port (default all ``127.0.0.1``).  Note
+    that Scrapy's downloader slots key on the *hostname only*, so to get one
+    slot per site use distinct loopback addresses, e.g.
+    ``Site(ports=3, distinct_hosts=True)`` -> 127.0.0.1, 127.0.0.2, 127.0.0.3.
+    ``port``: fixed port for the first listener (default 0 = free port).
+    ``spread``: split the pages between the listeners, with absolute links (see the
+    module docstring).  ``delay``: seconds every ``/p/`` page takes.
+    """
+
+    def __init__(
+        self,
+        pages: int = 500,
+        log_path: str | os.PathLike[str] | None = None,
+        ports: int = 1,
+        hosts: Iterable[str] | None = None,
+        distinct_hosts: bool = False,
+        port: int = 0,
+        spread: bool = False,
+        delay: float = 0.0,
+    ) -> None:
+        if pages < 1:
+            raise ValueError("pages must be >= 1")
+        self.pages = pages
+        self.log_path = Path(log_path) if log_path is not None else None
+        if hosts is not None:
+            self.hosts = list(hosts)
+            if len(self.hosts) != ports and ports != 1:
+                raise ValueError("len(hosts) must equal ports")
+        elif distinct_hosts:
+            self.hosts = [f"127.0.0.{k + 1}" for k in range(ports)]
+        else:
+            self.hosts = ["127.0.0.1"] * ports
+        self._first_port = port
+        self.spread = spread
+        self.delay = delay
+        self.link_bases: list[str] | None = None  # set at start when spread
+        self.log: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._hits: Counter[str] = Counter()
+        self._logfile = None
+        self._servers: list[_Server] = []
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> "Site":
+        if self._servers:
+            return self
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._logfile = open(self.log_path, "a", encoding="utf-8", buffering=1)
+        handler = type("Handler", (_Handler,), {"site": self})
+        try:
+            for k, host in enumerate(self.hosts):
+                port = self._first_port if k == 0 else 0
+                srv = _Server((host, port), handler)
+                self._servers.append(srv)
+        except BaseException:
+            self.stop()
+            raise
+        if self.spread and len(self._servers) > 1:
+            self.link_bases = self.urls
+        for srv in self._servers:
+            t = threading.Thread(
+                target=srv.serve_forever,
+                kwargs={"poll_interval": 0.1},
+                name=f"test-site-{srv.server_address[1]}",
+                daemon=True,
+            )
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def stop(self) -> None:
+        serving = bool(self._threads)  # shutdown() blocks unless serve_forever runs
+        for srv in self._servers:
+            if serving:
+                srv.shutdown()
+            srv.server_close()
+        for t in self._threads:
+            t.join(timeout=5)
+        self._servers = []
+        self._threads = []
+        with self._lock:
+            if self._logfile is not None:
+                self._logfile.close()
+                self._logfile = None
+
+    def __enter__(self) -> "Site":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- addresses ---------------------------------------------------------
+    @property
+    def ports(self) -> list[int]:
+        return [srv.server_address[1] for srv in self._servers]
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://{srv.server_address[0]}:{srv.server_address[1]}" for srv in self._servers]
+
+    @property
+    def url(self) -> str:
+        """Base URL of the first listener, e.g. ``http://127.0.0.1:PORT``."""
+        return self.urls[0]
+
+    @property
+    def port(self) -> int:
+        return self.ports[0]
+
+    def page_url(self, i: int, k: int = 0) -> str:
+        return f"{self.urls[k]}/p/{i}"
+
+    def _hit(self, key: str) -> int:
+        """Count one request for ``key``; return the count including this one."""
+        with self._lock:
+            self._hits[key] += 1
+            return self._hits[key]
+
+    # -- log ---------------------------------------------------------------
+    def _record(self, handler: _Handler, status: int) -> None:
+        entry = {
+            "t": time.time(),
+            "method": handler.command,
+            "path": handler.path,
+            "host": handler.headers.get("Host"),
+            "user_agent": handler.headers.get("User-Agent"),
+            "port": handler.server.server_address[1],
+            "server_host": handler.server.server_address[0],
+            "status": status,
+        }
+        with self._lock:
+            self.log.append(entry)
+            if self._logfile is not None:
+                self._logfile.write(json.dumps(entry) + "\n")
+                self._logfile.flush()
+
+    def entries(self) -> list[dict[str, Any]]:
+        """A snapshot copy of the log."""
+        with self._lock:
+            return list(self.log)
+
+    def count_by_path(self, include_query: bool = True, port: int | None = None) -> Counter:
+        """Counter of requests per path (with query unless include_query=False),
+        optionally only those served on ``port``."""
+        c: Counter = Counter()
+        for e in self.entries():
+            if port is not None and e["port"] != port:
+                continue
+            path = e["path"] if include_query else e["path"].split("?", 1)[0]
+            c[path] += 1
+        return c
+
+    def clear_log(self) -> None:
+        with self._lock:
+            self.log.clear()
+
+    def all_page_paths(self) -> set[str]:
+        return {f"/p/{i}" for i in range(self.pages)}
+
+
+def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Parse a site log file (JSON lines); a torn last line is skipped."""
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    except FileNotFoundError:
+        pass
+    return out
+
+
+class SiteProcess:
+    """Run the site as a subprocess (``python example_project/testsite.py``), so
+    serving does not compete with the calling process for the GIL.
+
+    ``urls`` / ``url`` are known after :meth:`start`; the log is only in the
+    file (``log_path``, required), read it with :meth:`entries`.
+    """
+
+    def __init__(
+        self,
+        pages: int,
+        log_path: str | os.PathLike[str],
+        ports: int = 1,
+        distinct_hosts: bool = False,
+        port: int = 0,
+        spread: bool = False,
+        delay: float = 0.0,
+    ) -> None:
+        self.pages = pages
+        self.log_path = Path(log_path)
+        self.nports = ports
+        self.distinct_hosts = distinct_hosts
+        self.first_port = port
+        self.spread = spread
+        self.delay = delay
+        self.proc: subprocess.Popen[str] | None = None
+        self.urls: list[str] = []
+
+    def start(self, timeout: float = 10.0) -> "SiteProcess":
+        cmd = [
+            sys.executable, str(SCRIPT),
+            "--pages", str(self.pages), "--port", str(self.first_port),
+            "--ports", str(self.nports), "--log", str(self.log_path),
+        ]
+        if self.distinct_hosts:
+            cmd.append("--distinct-hosts")
+        if self.spread:
+            cmd.append("--spread")
+        if self.delay:
+            cmd += ["--delay", str(self.delay)]
+        self.proc = subprocess.Popen(cmd, cwd=str(SCRIPT.parent), stdout=subprocess.PIPE, text=True)
+        _register_child(self.proc)
+        result: list[str] = []
+        reader = threading.Thread(target=lambda: result.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not result or not result[0].strip():
+            self.stop()
+            raise RuntimeError(f"test site subprocess did not start within {timeout}s: {cmd}")
+        self.urls = json.loads(result[0])["urls"]
+        return self
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+    def entries(self) -> list[dict[str, Any]]:
+        return read_log(self.log_path)
+
+    def count_by_path(self, include_query: bool = True) -> Counter:
+        return Counter(
+            e["path"] if include_query else e["path"].split("?", 1)[0] for e in self.entries()
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self.proc is not None and self.proc.stdout:
+            self.proc.stdout.close()
+
+    def __enter__(self) -> "SiteProcess":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+_children: list[subprocess.Popen] = []
+
+
+def _register_child(proc: subprocess.Popen) -> None:
+    import atexit
+
+    if not _children:
+        atexit.register(_kill_children)
+    _children.append(proc)
+
+
+def _kill_children() -> None:
+    for p in _children:
+        if p.poll() is None:
+            try:
+                p.kill()
+            except OSError:
+                pass
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    ap.add_argument("--pages", type=int, default=500)
+    ap.add_argument("--port", type=int, default=0, help="port of the first listener (0 = free port)")
+    ap.add_argument("--ports", type=int, default=1, help="number of listeners")
+    ap.add_argument("--distinct-hosts", action="store_true", help="bind listener k to 127.0.0.(k+1)")
+    ap.add_argument("--log", default=None, help="append one JSON line per request to this file")
+    ap.add_argument("--spread", action="store_true",
+                    help="page j on listener j %% ports, absolute links (one crawl covers all hosts)")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds each /p/ page takes")
+    ns = ap.parse_args(argv)
+    site = Site(pages=ns.pages, log_path=ns.log, ports=ns.ports, distinct_hosts=ns.distinct_hosts,
+                port=ns.port, spread=ns.spread, delay=ns.delay)
+    site.start()
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    print(json.dumps({"urls": site.urls, "pid": os.getpid()}), flush=True)
+    while not done.wait(1.0):
+        pass
+    site.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

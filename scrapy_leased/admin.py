@@ -1,0 +1,434 @@
+"""Fleet administration: the crawl as a whole, seen from outside the workers.
+
+``FleetAdmin`` reads a crawl's state (counters through ``Frontier.counts``, workers,
+throughput, Redis memory, dead letters, live leases) and performs the operator's
+mutations: requeue or purge dead letters, seed URLs, delete a crawl. Each mutation is
+one Lua script in ``lua/`` (``requeue_dead.lua``, ``purge_dead.lua``) or goes through
+``Frontier.commit`` (seeding), so it is atomic and keeps the crawl's invariants.
+``diagnose`` turns two snapshots into the lesson's warnings.
+
+Used by ``scrapy leased`` (``commands/leased.py``), the workers' fleet log line
+(``logstats.py``) and the practice run (``example_project/practice.py``). Everything
+here is asynchronous (redis.asyncio), like ``Frontier``; it knows nothing of Scrapy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .frontier import Envelope, Frontier, NewRequest
+from .keys import KEY_PREFIX, CrawlKeys
+from .scripts import register
+
+#: Throughput is read from the ``throughput`` HASH (10-second buckets of Redis time,
+#: kept by commit.lua): the current bucket and the 5 before it, i.e. the last 50-60 s,
+#: from the oldest of them that has requests done.
+THROUGHPUT_BUCKET_MS = 10_000
+THROUGHPUT_BUCKETS = 6
+
+#: Diagnoses (see ``diagnose`` and the README's "Watching the fleet").
+MIN_TREND_SECONDS = 0.5  # two samples closer than this give no trend
+ORPHAN_FACTOR = 2.0  # processing above this many times the fleet's capacity ...
+ORPHAN_MIN = 10  # ... and above it by at least this many requests
+IDLE_SHARE = 0.5  # below this share of their capacity in use, live workers are idle
+DEAD_MIN = 2  # dead letters added within the window before "climbing" is said ...
+DEAD_SHARE = 0.05  # ... and at least this share of the requests settled meanwhile
+
+BATCH = 500  # requests per seeding commit, dead letters per requeue/purge call
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ms(t: Sequence[Any]) -> int:
+    return int(t[0]) * 1000 + int(t[1]) // 1000
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\{}^-" else c for c in text)
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """One worker of the registry (``workers`` + ``worker_info``)."""
+
+    id: str
+    heartbeat_ms: int
+    heartbeat_age_s: float  # seconds since its last heartbeat (Redis time)
+    alive: bool  # heartbeat younger than the worker TTL
+    inflight: int | None = None  # claims held at its last heartbeat
+    acked: int | None = None
+    capacity: int | None = None  # CONCURRENT_REQUESTS + LEASED_PREFETCH
+    host: str | None = None
+    pid: int | None = None
+    started: float | None = None  # its own clock, epoch seconds
+
+    def process_gone(self) -> bool:
+        """True when the worker ran on this machine and its process no longer exists
+        (killed: its registry entry stays until the worker TTL passes)."""
+        host, _, rest = self.id.partition(":")
+        pid = self.pid or (int(rest.split(":")[0]) if rest.split(":")[0].isdigit() else None)
+        if pid is None or (self.host or host) != socket.gethostname():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+@dataclass
+class Snapshot:
+    """The crawl at one moment (``now_ms``, Redis time)."""
+
+    crawl: str
+    now_ms: int
+    todo: int
+    processing: int
+    done: int
+    dead: int
+    workers_alive: int
+    totals: dict[str, int]  # the crawl-wide counters of the ``stats`` HASH
+    done_last_minute: int  # requests newly done in the throughput window
+    window_s: float  # that window's length (50-60 s; less for a crawl younger than that)
+    workers: list[WorkerState] = field(default_factory=list)  # empty unless asked for
+    used_memory: int | None = None
+    used_memory_human: str | None = None
+    maxmemory: int | None = None
+
+    @property
+    def pages_per_min(self) -> float:
+        return self.done_last_minute * 60 / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def dead_total(self) -> int:
+        """Dead-lettered ever (``stats.dead``): grows even when letters are requeued."""
+        return self.totals.get("dead", self.dead)
+
+    def capacity(self, default_per_worker: int | None = None) -> int | None:
+        """Sum of the live workers' capacity; None when unknown."""
+        total = 0
+        for w in self.workers:
+            if w.alive:
+                cap = w.capacity if w.capacity is not None else default_per_worker
+                if cap is None:
+                    return None
+                total += cap
+        return total if self.workers else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "crawl": self.crawl,
+            "time": self.now_ms / 1000,
+            "todo": self.todo,
+            "processing": self.processing,
+            "done": self.done,
+            "dead": self.dead,
+            "workers_alive": self.workers_alive,
+            "workers": [asdict(w) for w in self.workers],
+            "throughput": {"pages_per_min": round(self.pages_per_min, 1),
+                           "done_last_minute": self.done_last_minute,
+                           "window_s": round(self.window_s, 3)},
+            "redis_used_memory": self.used_memory,
+            "redis_used_memory_human": self.used_memory_human,
+            "redis_maxmemory": self.maxmemory,
+            "totals": dict(self.totals),
+        }
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    code: str  # "no_workers", "orphaned", "stuck", "dead_climbing" ("memory": the command)
+    message: str
+
+
+def diagnose(cur: Snapshot, prev: Snapshot | None = None,
+             default_capacity: int | None = None) -> list[Diagnosis]:
+    """The lesson's warning signs, from the current snapshot and an earlier one.
+
+    - ``no_workers``: work is queued or leased, and no worker is alive.
+    - ``orphaned``: processing (live leases) is much larger than the live workers'
+      capacity: leases of dead workers, waiting to expire. Needs ``cur.workers``.
+    - ``stuck`` (needs ``prev``): done did not move while todo grew, or while todo
+      waits and the live workers are idle (nothing processing, or less than half of
+      their capacity: with every slot busy, a flat done only means slow pages).
+    - ``dead_climbing`` (needs ``prev``): dead letters are being added fast.
+    """
+    out: list[Diagnosis] = []
+    if cur.workers_alive == 0 and (cur.todo or cur.processing):
+        out.append(Diagnosis("no_workers", (
+            f"no worker is alive, with {cur.todo:,} requests to do and {cur.processing:,} "
+            f"leased: start workers (leases of dead workers return to todo when they expire)")))
+    capacity = cur.capacity(default_capacity)
+    if cur.workers_alive and capacity is not None and cur.processing > ORPHAN_FACTOR * capacity \
+            and cur.processing - capacity >= ORPHAN_MIN:
+        out.append(Diagnosis("orphaned", (
+            f"processing {cur.processing:,} is much larger than the capacity of the "
+            f"{cur.workers_alive} live workers ({capacity:,}): workers are dying without "
+            f"finishing, and recovery is carrying the load")))
+    if prev is None:
+        return out
+    seconds = (cur.now_ms - prev.now_ms) / 1000
+    if seconds < MIN_TREND_SECONDS:
+        return out
+    done_delta = cur.done - prev.done
+    todo_delta = cur.todo - prev.todo
+    # Free slots while work waits: the workers do not take it (when every slot is busy,
+    # a flat done only means slow pages).
+    idle = cur.processing == 0 or (capacity is not None and cur.processing < IDLE_SHARE * capacity)
+    if cur.workers_alive and done_delta == 0 and cur.todo > 0 and (todo_delta > 0 or idle):
+        if todo_delta > 0:
+            what = f"todo grew {prev.todo:,} -> {cur.todo:,}"
+        else:
+            what = f"todo waits at {cur.todo:,} with {cur.processing:,} processing" + (
+                f" (capacity {capacity:,})" if capacity is not None else "")
+        out.append(Diagnosis("stuck", (
+            f"{what} while done stayed at {cur.done:,} for {seconds:.1f} s: workers are "
+            f"stuck (rate budget too tight, or all blocked)")))
+    dead_delta = cur.dead_total - prev.dead_total
+    settled = max(done_delta, 0) + max(dead_delta, 0)
+    if dead_delta >= DEAD_MIN and dead_delta >= DEAD_SHARE * settled:
+        out.append(Diagnosis("dead_climbing", (
+            f"dead letters climbing: +{dead_delta:,} in {seconds:.1f} s "
+            f"({100 * dead_delta / settled:.0f}% of the requests settled): a parser bug or "
+            f"a new block page? Look at them (scrapy leased dead) before burning through "
+            f"the queue")))
+    return out
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    rid: str  # field in the ``dead`` HASH (``malformed:<sha1>`` for unreadable envelopes)
+    reason: str
+    attempts: int
+    t_ms: int  # when it was parked (Redis time)
+    url: str | None  # None when the envelope cannot be read
+    method: str = "GET"
+    lane: str = ""
+    envelope: Envelope | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rid": self.rid, "url": self.url, "method": self.method,
+                "attempts": self.attempts, "reason": self.reason, "time": self.t_ms / 1000}
+
+
+def parse_dead_letter(rid: str, raw: str) -> DeadLetter:
+    try:
+        letter = json.loads(raw)
+    except ValueError:
+        return DeadLetter(rid, f"unreadable dead letter: {raw[:200]!r}", 0, 0, None)
+    reason = str(letter.get("reason", ""))
+    attempts = int(letter.get("attempts") or 0)
+    t_ms = int(letter.get("t") or 0)
+    try:
+        env = Envelope.parse(str(letter.get("envelope", "")))
+        payload = json.loads(env.payload)
+        url, method = str(payload["u"]), str(payload.get("m", "GET"))
+    except (ValueError, KeyError, TypeError):
+        return DeadLetter(rid, reason, attempts, t_ms, None)
+    return DeadLetter(rid, reason, attempts, t_ms, url, method, getattr(env, "lane", ""), env)
+
+
+@dataclass(frozen=True)
+class RequeueResult:
+    requeued: int = 0
+    missing: int = 0  # gone meanwhile (requeued or purged by someone else)
+    already_done: int = 0  # their request was processed meanwhile: letter dropped
+    unreadable: int = 0  # envelope cannot be requeued: letter kept (purge it)
+
+
+@dataclass(frozen=True)
+class Lease:
+    token: int
+    deadline_ms: int
+    envelope: Envelope | None
+
+
+class FleetAdmin:
+    def __init__(self, client: Any, keys: CrawlKeys, *, worker_ttl_ms: int = 30_000,
+                 lease_ms: int = 30_000, max_attempts: int = 4) -> None:
+        self.client = client
+        self.keys = keys
+        self.worker_ttl_ms = worker_ttl_ms
+        self.frontier = Frontier(client, keys, lease_ms=lease_ms, max_attempts=max_attempts)
+        self._s = register(client, "requeue_dead", "purge_dead")
+
+    # -- reading ---------------------------------------------------------------------
+
+    async def exists(self) -> bool:
+        """Whether the crawl has state in this Redis (started, seeded or dead letters)."""
+        k = self.keys
+        return bool(await self.client.exists(k.meta, k.stats, k.workers, k.dead))
+
+    @staticmethod
+    async def list_crawls(client: Any, scan_limit: int = 100_000) -> list[str]:
+        """Crawl ids with a ``meta`` key in this Redis (looks at up to scan_limit keys)."""
+        found: set[str] = set()
+        cursor, seen = 0, 0
+        start, end = f"{KEY_PREFIX}:{{", "}:meta"
+        while True:
+            cursor, batch = await client.scan(cursor, match=f"{KEY_PREFIX}:{{*}}:meta",
+                                              count=1000)
+            for key in batch:
+                key = _s(key)
+                if key.startswith(start) and key.endswith(end):
+                    found.add(key[len(start):-len(end)])
+            seen += 1000
+            if not cursor or seen >= scan_limit:
+                return sorted(found)
+
+    async def snapshot(self, *, workers: bool = True, memory: bool = True) -> Snapshot:
+        k = self.keys
+        counts = await self.frontier.counts(self.worker_ttl_ms)
+        async with self.client.pipeline(transaction=True) as p:
+            p.time().hgetall(k.throughput)
+            if workers:
+                p.zrange(k.workers, 0, -1, withscores=True).hgetall(k.worker_info)
+            res = await p.execute()
+        now_ms = _ms(res[0])
+        current = now_ms // THROUGHPUT_BUCKET_MS
+        first = current - THROUGHPUT_BUCKETS + 1
+        buckets = {int(b): int(v) for b, v in res[1].items() if first <= int(b) <= current}
+        recent = sum(buckets.values())
+        # From the start of the oldest bucket with requests done (a young crawl is not
+        # diluted over a minute it did not run), at least 1 s.
+        start = min((b for b, v in buckets.items() if v), default=current)
+        window_ms = max(now_ms - start * THROUGHPUT_BUCKET_MS, 1000)
+        totals = {name[len("total_"):]: v for name, v in counts.items()
+                  if name.startswith("total_")}
+        snap = Snapshot(
+            crawl=k.crawl_id, now_ms=now_ms, todo=counts["todo"],
+            processing=counts["processing"], done=counts["done"], dead=counts["dead"],
+            workers_alive=counts["workers_alive"], totals=totals, done_last_minute=recent,
+            window_s=window_ms / 1000)
+        if workers:
+            snap.workers = self._workers(now_ms, res[2], res[3])
+        if memory:
+            info = await self.client.info("memory")
+            snap.used_memory = int(info.get("used_memory", 0))
+            snap.used_memory_human = _s(info.get("used_memory_human", ""))
+            snap.maxmemory = int(info.get("maxmemory", 0) or 0)
+        return snap
+
+    def _workers(self, now_ms: int, beats: Iterable[tuple[Any, float]],
+                 infos: dict[Any, Any]) -> list[WorkerState]:
+        by_id = {_s(key): _s(value) for key, value in infos.items()}
+        out = []
+        for wid, score in beats:
+            wid = _s(wid)
+            try:
+                info = json.loads(by_id.get(wid, "{}"))
+            except ValueError:
+                info = {}
+            age = (now_ms - int(score)) / 1000
+            out.append(WorkerState(
+                id=wid, heartbeat_ms=int(score), heartbeat_age_s=round(age, 3),
+                alive=now_ms - int(score) < self.worker_ttl_ms,
+                inflight=info.get("inflight"), acked=info.get("acked"),
+                capacity=info.get("capacity"), host=info.get("host"), pid=info.get("pid"),
+                started=info.get("started")))
+        out.sort(key=lambda w: (not w.alive, w.id))
+        return out
+
+    async def leases(self) -> tuple[int, list[Lease]]:
+        """(Redis time ms, every live lease with its envelope): what is in flight."""
+        k = self.keys
+        async with self.client.pipeline(transaction=True) as p:
+            p.time().zrange(k.leases, 0, -1, withscores=True).hgetall(k.inflight)
+            now, leases, inflight = await p.execute()
+        envs = {_s(t): _s(e) for t, e in inflight.items()}
+        out = []
+        for token, deadline in leases:
+            raw = envs.get(_s(token))
+            try:
+                env = Envelope.parse(raw) if raw is not None else None
+            except ValueError:
+                env = None
+            out.append(Lease(int(_s(token)), int(deadline), env))
+        return _ms(now), out
+
+    async def lease_deadlines(self, tokens: Sequence[int]) -> tuple[int, list[int | None]]:
+        """(Redis time ms, each token's lease deadline or None once the lease is gone)."""
+        async with self.client.pipeline(transaction=True) as p:
+            p.time().zmscore(self.keys.leases, list(tokens))
+            now, scores = await p.execute()
+        return _ms(now), [None if s is None else int(s) for s in scores]
+
+    async def dead_letters(self, limit: int | None = None,
+                           urls: Iterable[str] | None = None) -> tuple[int, list[DeadLetter]]:
+        """(number of dead letters, the newest ``limit`` of them, or those of ``urls``)."""
+        wanted = set(urls) if urls is not None else None
+        letters = []
+        async for rid, raw in self.client.hscan_iter(self.keys.dead, count=1000):
+            letter = parse_dead_letter(_s(rid), _s(raw))
+            if wanted is None or letter.url in wanted:
+                letters.append(letter)
+        total = await self.client.hlen(self.keys.dead)
+        letters.sort(key=lambda d: (-d.t_ms, d.rid))
+        return int(total), letters[:limit] if limit is not None else letters
+
+    # -- mutations -------------------------------------------------------------------
+
+    async def requeue_dead(self, letters: Sequence[DeadLetter]) -> RequeueResult:
+        """Put dead letters back in the queue, attempts and expiries reset to 0."""
+        k = self.keys
+        counts = [0, 0, 0, 0]
+        todo = [d for d in letters if d.envelope is not None]
+        counts[3] += len(letters) - len(todo)
+        for i in range(0, len(todo), BATCH):
+            keys = [k.seq, k.lanes, k.todo, k.stats, k.dead, k.done]
+            index: dict[str, int] = {}
+            args: list[Any] = []
+            for letter in todo[i:i + BATCH]:
+                queue = k.lane_queue(letter.lane)
+                if queue not in index:
+                    keys.append(queue)
+                    index[queue] = len(keys)
+                args += [letter.rid, index[queue], letter.lane]
+            out = await self._s["requeue_dead"](keys=keys, args=args)
+            for j in range(4):
+                counts[j] += int(out[j])
+        return RequeueResult(*counts)
+
+    async def purge_dead(self, letters: Sequence[DeadLetter] | None = None) -> int:
+        """Delete the given dead letters, or every one; returns how many were deleted."""
+        if letters is None:
+            return int(await self._s["purge_dead"](keys=[self.keys.dead, self.keys.stats]))
+        deleted = 0
+        for i in range(0, len(letters), BATCH):
+            deleted += int(await self._s["purge_dead"](
+                keys=[self.keys.dead, self.keys.stats],
+                args=[d.rid for d in letters[i:i + BATCH]]))
+        return deleted
+
+    async def seed(self, requests: Sequence[NewRequest], seen_bucket_bits: int) -> list[bool]:
+        """Queue new requests, deduplicated like a worker's (True: queued, False: seen).
+        Records the seen-set layout for a new crawl; refuses a different one."""
+        await self.frontier.check_layout(seen_bucket_bits)
+        queued: list[bool] = []
+        for i in range(0, len(requests), BATCH):
+            queued += (await self.frontier.commit(enqueue=requests[i:i + BATCH])).queued
+        return queued
+
+    async def crawl_keys(self) -> list[str]:
+        """Every key of this crawl (SCAN MATCH on its escaped prefix)."""
+        pattern = glob_escape(self.keys.prefix) + "*"
+        return sorted({_s(key) async for key in self.client.scan_iter(match=pattern,
+                                                                       count=1000)})
+
+    async def reset(self) -> int:
+        """Delete every key of this crawl, and nothing else; returns how many."""
+        keys = await self.crawl_keys()
+        deleted = 0
+        for i in range(0, len(keys), BATCH):
+            deleted += int(await self.client.unlink(*keys[i:i + BATCH]))
+        return deleted

@@ -1,0 +1,491 @@
+"""``scrapy leased``: watch and run a leased crawl from the command line.
+
+    scrapy leased status [CRAWL] [--watch] [--json]
+    scrapy leased dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]
+    scrapy leased seed   [CRAWL] URL ... | -f FILE | -
+    scrapy leased reset  [CRAWL] --yes
+
+CRAWL defaults to the project's LEASED_CRAWL_ID, else to the name of the project's
+only spider. Redis: ``--redis-url``, else the project's LEASED_REDIS_URL, else the
+embedded Redis of the project's ``.scrapy`` directory when one runs there (``seed``
+starts it, like a worker would). Errors are one line on stderr, exit status 1.
+
+Synchronous code, not on a reactor: each subcommand is one ``asyncio.run`` over
+``FleetAdmin`` (the same code the workers use); waiting with sleep is fine here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+from scrapy import Request, Spider
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.request import RequestFingerprinter
+
+from ..admin import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
+from ..budget import Budgets
+from ..codec import encode_request
+from ..config import _CRAWL_ID_RE, LeasedConfig, LeasedConfigError, check_redis_url
+from ..connection import redact
+from ..fingerprints import split_fingerprint
+from ..frontier import NewRequest
+from ..keys import CrawlKeys
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy.settings import Settings
+
+SUBCOMMANDS = ("status", "dead", "seed", "reset")
+WATCH_INTERVAL_SECONDS = 2.0  # --watch redraws this often
+SAMPLE_SECONDS = 2.0  # one status: two samples this far apart give the trends
+WATCH_TREND_SECONDS = 10.0  # --watch: trends against the sample this old
+DEAD_LIMIT = 20  # dead letters listed by default
+MEMORY_WARN_SHARE = 0.8  # warn when Redis uses this share of its maxmemory
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: --watch redraws in place
+
+
+class CommandError(Exception):
+    """Printed as one line on stderr; exit status 1."""
+
+
+class Command(ScrapyCommand):
+    requires_project = False  # ignored for entry-point commands anyway
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return ("status|dead|seed|reset [CRAWL] [options]\n\n"
+                "  status [CRAWL] [--watch] [--json]\n"
+                "  dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]\n"
+                "  seed   [CRAWL] URL ... | -f FILE | -\n"
+                "  reset  [CRAWL] --yes")
+
+    def short_desc(self) -> str:
+        return "Watch and run a leased crawl: status, dead letters, seeding, reset"
+
+    def long_desc(self) -> str:
+        return ("Watch and run a scrapy_leased crawl. CRAWL defaults to LEASED_CRAWL_ID, "
+                "else to the project's only spider. Redis: --redis-url, else "
+                "LEASED_REDIS_URL, else the project's embedded Redis.")
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        g = parser.add_argument_group("scrapy leased")
+        g.add_argument("--redis-url", metavar="URL",
+                       help="Redis of the crawl (default: LEASED_REDIS_URL, else the "
+                            "project's embedded Redis)")
+        g.add_argument("--json", action="store_true",
+                       help="status, dead: machine-readable JSON (--watch: one object per line)")
+        g.add_argument("--watch", action="store_true",
+                       help="status: redraw every --interval seconds, like top")
+        g.add_argument("--interval", type=float, default=WATCH_INTERVAL_SECONDS,
+                       metavar="SECONDS", help="status --watch: refresh period (default 2)")
+        g.add_argument("--sample", type=float, default=None, metavar="SECONDS",
+                       help="status: trend window of the warnings: one status takes two "
+                            "samples this far apart (default 2; 0: one sample, no trends); "
+                            "--watch compares with the sample this old (default 10)")
+        g.add_argument("--limit", type=int, default=DEAD_LIMIT, metavar="N",
+                       help="dead: list at most N dead letters, newest first (0: all)")
+        g.add_argument("--requeue", nargs="*", metavar="URL", default=None,
+                       help="dead: requeue these dead letters (all without URL), attempts "
+                            "reset to 0")
+        g.add_argument("--purge", nargs="*", metavar="URL", default=None,
+                       help="dead: delete these dead letters (all without URL)")
+        g.add_argument("-f", "--file", metavar="FILE", action="append", default=[],
+                       help="seed: read URLs from FILE, one a line ('-': stdin)")
+        g.add_argument("--yes", action="store_true",
+                       help="reset: really delete every key of the crawl")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if not args or args[0] not in SUBCOMMANDS:
+            what = f"unknown subcommand {args[0]!r}" if args else "missing subcommand"
+            raise UsageError(f"{what}: use one of {', '.join(SUBCOMMANDS)}")
+        sub, rest = args[0], args[1:]
+        _check_options(sub, rest, opts)
+        assert self.settings is not None
+        try:
+            self.exitcode = asyncio.run(_main(sub, rest, opts, self.settings))
+        except CommandError as exc:
+            print(f"Error: {exc}", file=sys.stderr)
+            self.exitcode = 1
+        except (RedisError, OSError) as exc:  # Redis went away in the middle
+            print(f"Error: Redis: {type(exc).__name__}: {exc}", file=sys.stderr)
+            self.exitcode = 1
+        except KeyboardInterrupt:
+            self.exitcode = 0
+
+
+def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
+    misplaced = {
+        "--watch": opts.watch and sub != "status",
+        "--sample": opts.sample is not None and sub != "status",
+        "--json": opts.json and sub not in ("status", "dead"),
+        "--requeue": opts.requeue is not None and sub != "dead",
+        "--purge": opts.purge is not None and sub != "dead",
+        "--file": bool(opts.file) and sub != "seed",
+        "--yes": opts.yes and sub != "reset",
+    }
+    bad = [name for name, wrong in misplaced.items() if wrong]
+    if bad:
+        raise UsageError(f"{', '.join(bad)} cannot be used with '{sub}'")
+    if opts.requeue is not None and opts.purge is not None:
+        raise UsageError("use --requeue or --purge, not both")
+    if sub != "seed" and len(rest) > 1:
+        raise UsageError(f"'{sub}' takes at most one CRAWL, got {' '.join(rest)}")
+    if opts.interval <= 0 or (opts.sample is not None and opts.sample < 0) or opts.limit < 0:
+        raise UsageError("--interval must be above 0, --sample and --limit at least 0")
+
+
+# -- resolving the crawl and its Redis -------------------------------------------------
+
+
+async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: Settings) -> int:
+    try:
+        config = LeasedConfig.from_settings(settings)
+    except LeasedConfigError as exc:
+        raise CommandError(str(exc)) from None
+    crawl_arg = None
+    if rest and not (sub == "seed" and _looks_like_source(rest[0])):
+        crawl_arg, rest = rest[0], rest[1:]
+    url, source = _redis_url(opts, config, start_embedded=sub == "seed")
+    client = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+    try:
+        try:
+            await client.ping()
+        except Exception as exc:
+            raise CommandError(f"cannot reach Redis at {redact(url)} ({source}): "
+                               f"{type(exc).__name__}: {exc}") from None
+        crawl = await _crawl_id(crawl_arg, settings, config, client)
+        admin = FleetAdmin(client, CrawlKeys(crawl), worker_ttl_ms=int(config.worker_ttl * 1000),
+                           lease_ms=config.lease_ms, max_attempts=config.max_attempts)
+        if sub != "seed" and not await admin.exists():
+            crawls = await FleetAdmin.list_crawls(client)
+            raise CommandError(
+                f"unknown crawl {crawl!r} in Redis at {redact(url)}: no key "
+                f"{admin.keys.prefix}*; crawls there: {', '.join(crawls) or 'none'}")
+        if sub == "status":
+            return await _status(admin, opts, settings, redact(url))
+        if sub == "dead":
+            return await _dead(admin, opts)
+        if sub == "seed":
+            return await _seed(admin, rest, opts, settings, config)
+        return await _reset(admin, opts, redact(url))
+    finally:
+        await client.aclose()
+
+
+def _looks_like_source(arg: str) -> bool:
+    return arg == "-" or "://" in arg
+
+
+def _redis_url(opts: argparse.Namespace, config: LeasedConfig,
+               start_embedded: bool) -> tuple[str, str]:
+    if opts.redis_url:
+        try:
+            return check_redis_url(opts.redis_url, "--redis-url"), "--redis-url"
+        except LeasedConfigError as exc:
+            raise CommandError(str(exc)) from None
+    if config.redis_url:
+        return config.redis_url, "LEASED_REDIS_URL"
+    from ..embedded import EmbeddedRedisError, ensure_embedded_redis, running_embedded_redis
+
+    source = f"embedded Redis in {config.embedded_dir}"
+    url = running_embedded_redis(config.embedded_dir)
+    if url is None and start_embedded:
+        try:
+            url = ensure_embedded_redis(config.embedded_dir, config.embedded_server)
+        except EmbeddedRedisError as exc:
+            raise CommandError(str(exc).splitlines()[0]) from None
+    if url is None:
+        raise CommandError(
+            f"no Redis to read: LEASED_REDIS_URL is not set and no embedded Redis runs in "
+            f"{config.embedded_dir}; pass --redis-url URL, or run this in the project "
+            f"directory of the workers")
+    return url, source
+
+
+async def _crawl_id(arg: str | None, settings: Settings, config: LeasedConfig,
+                    client: Any) -> str:
+    if arg is not None:
+        if not _CRAWL_ID_RE.match(arg):
+            raise CommandError(f"CRAWL ({arg!r}) must be a crawl id without spaces or braces")
+        return arg
+    if config.crawl_id:
+        return config.crawl_id
+    from scrapy.spiderloader import get_spider_loader
+
+    spiders = sorted(get_spider_loader(settings).list())
+    if len(spiders) == 1:
+        return spiders[0]
+    crawls = await FleetAdmin.list_crawls(client)
+    where = (f"this project has {len(spiders)} spiders ({', '.join(spiders)})" if spiders
+             else "no project spider to take it from")
+    raise CommandError(f"name the crawl: {where} and LEASED_CRAWL_ID is not set; crawls "
+                       f"in this Redis: {', '.join(crawls) or 'none'}")
+
+
+# -- status ---------------------------------------------------------------------------
+
+
+async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Settings,
+                  where: str) -> int:
+    default_cap = settings.getint("CONCURRENT_REQUESTS")
+    if not opts.watch:
+        sample = SAMPLE_SECONDS if opts.sample is None else opts.sample
+        prev = None
+        if sample > 0:
+            prev = await admin.snapshot(workers=False, memory=False)
+            await asyncio.sleep(sample)
+        cur = await admin.snapshot()
+        _print_status(cur, prev, _warnings(cur, prev, default_cap), opts.json, where)
+        return 0
+    trend = WATCH_TREND_SECONDS if opts.sample is None else opts.sample
+    history: deque[Snapshot] = deque()
+    while True:
+        started = time.monotonic()
+        try:
+            cur = await admin.snapshot()
+        except Exception as exc:  # keep watching through a Redis restart
+            line = f"cannot read Redis at {where}: {type(exc).__name__}: {exc}"
+            print(json.dumps({"error": line}) if opts.json else CLEAR + line, flush=True)
+        else:
+            while len(history) > 1 and (cur.now_ms - history[1].now_ms) / 1000 >= trend:
+                history.popleft()  # keep the newest sample at least `trend` old, if any
+            prev = history[0] if history and trend > 0 else None
+            history.append(cur)
+            warnings = _warnings(cur, prev, default_cap)
+            if not opts.json:
+                sys.stdout.write(CLEAR)
+            _print_status(cur, prev, warnings, opts.json, where)
+        await asyncio.sleep(max(0.0, opts.interval - (time.monotonic() - started)))
+
+
+def _warnings(cur: Snapshot, prev: Snapshot | None, default_cap: int) -> list[Diagnosis]:
+    out = diagnose(cur, prev, default_cap)
+    if cur.maxmemory and cur.used_memory and cur.used_memory > MEMORY_WARN_SHARE * cur.maxmemory:
+        out.append(Diagnosis("memory", (
+            f"Redis uses {cur.used_memory / cur.maxmemory:.0%} of its maxmemory: the crawl "
+            f"stops when it is full")))
+    return out
+
+
+def _print_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
+                  as_json: bool, where: str) -> None:
+    if as_json:
+        doc = cur.to_dict()
+        doc["redis"] = where
+        doc["sample_s"] = round(_dt(prev, cur), 3) if prev else 0
+        doc["throughput"]["sample_pages_per_min"] = round(_rate(prev, cur), 1) if prev else None
+        doc["budget"] = None  # ISSUE-3: per-host budget use (lanes) goes here
+        doc["warnings"] = [{"code": d.code, "message": d.message} for d in warnings]
+        print(json.dumps(doc), flush=True)
+        return
+    print(render_status(cur, prev, warnings, where), flush=True)
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def _age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _dt(prev: Snapshot, cur: Snapshot) -> float:
+    return (cur.now_ms - prev.now_ms) / 1000
+
+
+def _rate(prev: Snapshot, cur: Snapshot) -> float:
+    """Pages per minute between two samples (done counter delta)."""
+    return (cur.done - prev.done) * 60 / _dt(prev, cur) if _dt(prev, cur) > 0 else 0.0
+
+
+def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
+                  where: str) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(cur.now_ms / 1000))
+    alive = [w for w in cur.workers if w.alive]
+    gone = len(cur.workers) - len(alive)
+    capacity = cur.capacity()
+    lines = [
+        f"crawl {cur.crawl}   redis {where}   {when}",
+        "",
+        f"  todo           {cur.todo:>12,}",
+        f"  processing     {cur.processing:>12,}"
+        + (f"   (capacity of the live workers: {capacity:,})" if capacity is not None else ""),
+        f"  done           {cur.done:>12,}",
+        f"  dead           {cur.dead:>12,}",
+        f"  workers alive  {cur.workers_alive:>12,}"
+        + (f"   ({gone} gone: no heartbeat for longer than the worker TTL)" if gone else ""),
+        f"  throughput     {cur.pages_per_min:>12,.0f} pages/min   "
+        f"({cur.done_last_minute:,} done in the last {cur.window_s:.0f} s"
+        + (f"; {_rate(prev, cur):,.0f}/min over the last {_dt(prev, cur):.1f} s)" if prev
+           else ")"),
+    ]
+    if cur.used_memory is not None:
+        mem = f"  redis memory   {cur.used_memory_human or cur.used_memory:>12}"
+        if cur.maxmemory:
+            mem += f"   (maxmemory {cur.maxmemory / 2**20:,.0f}M)"
+        lines.append(mem)
+    # ISSUE-3: per-host budget use (lanes) goes here.
+    lines.append("  host budgets   (per-host budget use: not reported yet, see issue #3)")
+    if alive:
+        lines += ["", f"  {'worker':<34} {'heartbeat':>11} {'in flight':>10} {'acked':>10}"]
+        for w in alive:
+            lines.append(f"  {w.id:<34} {_age(w.heartbeat_age_s) + ' ago':>11} "
+                         f"{'?' if w.inflight is None else w.inflight:>10} "
+                         f"{'?' if w.acked is None else f'{w.acked:,}':>10}")
+    lines.append("")
+    if warnings:
+        lines += [f"  WARNING: {d.message}" for d in warnings]
+    elif prev is None:
+        lines.append("  no warnings (one sample: trends not measured)")
+    else:
+        lines.append(f"  no warnings (trends over {_dt(prev, cur):.1f} s)")
+    return "\n".join(lines)
+
+
+# -- dead letters ---------------------------------------------------------------------
+
+
+async def _dead(admin: FleetAdmin, opts: argparse.Namespace) -> int:
+    crawl = admin.keys.crawl_id
+    action = "requeue" if opts.requeue is not None else "purge" if opts.purge is not None \
+        else None
+    if action is None:
+        total, letters = await admin.dead_letters(limit=opts.limit or None)
+        if opts.json:
+            print(json.dumps({"crawl": crawl, "dead": total,
+                              "letters": [d.to_dict() for d in letters]}))
+        else:
+            print(render_dead(crawl, total, letters))
+        return 0
+    urls = opts.requeue if action == "requeue" else opts.purge
+    for url in urls:
+        if "://" not in url:
+            raise CommandError(f"not a URL: {url!r} (name the crawl before --{action})")
+    if urls:
+        _, letters = await admin.dead_letters(urls=urls)
+        missing = sorted(set(urls) - {d.url for d in letters})
+    else:
+        _, letters = await admin.dead_letters()
+        missing = []
+    if action == "requeue":
+        result = await admin.requeue_dead(letters)
+        print(f"requeued {_n(result.requeued, 'dead letter')} of crawl {crawl!r} "
+              f"(attempts reset to 0)"
+              + (f"; {result.already_done:,} were done meanwhile (dropped)"
+                 if result.already_done else "")
+              + (f"; {result.unreadable:,} unreadable kept (--purge them)"
+                 if result.unreadable else ""))
+    else:
+        purged = await admin.purge_dead(letters if urls else None)
+        print(f"purged {_n(purged, 'dead letter')} of crawl {crawl!r}")
+    if missing:
+        raise CommandError(f"not in the dead letters of crawl {crawl!r}: {' '.join(missing)}")
+    return 0
+
+
+def render_dead(crawl: str, total: int, letters: list[DeadLetter]) -> str:
+    if not total:
+        return f"crawl {crawl}: no dead letters"
+    lines = [f"crawl {crawl}: {_n(total, 'dead letter')}"
+             + (f", the newest {len(letters):,}:" if len(letters) < total else ":")]
+    for d in letters:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.t_ms / 1000))
+        target = f"{d.method} {d.url}" if d.url else "(unreadable envelope)"
+        reason = " ".join(d.reason.split())
+        lines.append(f"  {when}  attempts {d.attempts}  {target}")
+        lines.append(f"      {reason[:300]}{'...' if len(reason) > 300 else ''}")
+    return "\n".join(lines)
+
+
+# -- seeding --------------------------------------------------------------------------
+
+
+def _fingerprinter(settings: Settings) -> Any:
+    cls = load_object(settings["REQUEST_FINGERPRINTER_CLASS"])
+    if cls is RequestFingerprinter:
+        return RequestFingerprinter()
+    from scrapy.crawler import Crawler
+
+    return build_from_crawler(cls, Crawler(Spider, settings))
+
+
+def _read_urls(sources: list[str], files: list[str]) -> list[str]:
+    lines: list[str] = []
+    for name in files + [s for s in sources if s == "-"]:
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot read {name}: {exc.strerror}") from None
+        lines += text.splitlines()
+    lines += [s for s in sources if s != "-"]
+    return [u.strip() for u in lines if u.strip() and not u.lstrip().startswith("#")]
+
+
+async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
+                settings: Settings, config: LeasedConfig) -> int:
+    urls = _read_urls(sources, opts.file)
+    if not urls:
+        raise CommandError("nothing to seed: give URLs, -f FILE or - (stdin)")
+    fingerprinter = _fingerprinter(settings)
+    try:
+        budgets = Budgets.from_settings(settings)
+    except LeasedConfigError as exc:
+        raise CommandError(str(exc)) from None
+    requests = []
+    for url in urls:
+        try:
+            request = Request(url)
+        except (ValueError, TypeError) as exc:
+            raise CommandError(f"not a URL: {url!r} ({exc}); nothing seeded") from None
+        bucket, member = split_fingerprint(fingerprinter.fingerprint(request),
+                                           config.seen_bucket_bits)
+        payload = encode_request(request, None)  # type: ignore[arg-type]  # no callback
+        requests.append(NewRequest(payload, request.priority, bucket, member,
+                                   lane=budgets.lane_of(request)))  # its host, as a worker does
+    try:
+        queued = await admin.seed(requests, config.seen_bucket_bits)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    n = sum(queued)
+    print(f"seeded crawl {admin.keys.crawl_id!r}: {_n(len(urls), 'URL')}, {n:,} queued, "
+          f"{len(urls) - n:,} already seen")
+    return 0
+
+
+# -- reset ----------------------------------------------------------------------------
+
+
+async def _reset(admin: FleetAdmin, opts: argparse.Namespace, where: str) -> int:
+    crawl = admin.keys.crawl_id
+    keys = await admin.crawl_keys()
+    if not opts.yes:
+        raise CommandError(f"reset deletes the {_n(len(keys), 'key')} of crawl {crawl!r} "
+                           f"({admin.keys.prefix}*) in {where}: add --yes")
+    snap = await admin.snapshot(memory=False)
+    alive = [w for w in snap.workers if w.alive and not w.process_gone()]
+    if alive:
+        youngest = min(w.heartbeat_age_s for w in alive)
+        raise CommandError(
+            f"{_n(len(alive), 'worker')} of crawl {crawl!r} alive (last heartbeat "
+            f"{_age(youngest)} ago): stop them first (a worker killed on another machine "
+            f"counts as alive until its heartbeat is older than LEASED_WORKER_TTL)")
+    deleted = await admin.reset()
+    print(f"deleted {_n(deleted, 'key')} of crawl {crawl!r} ({admin.keys.prefix}*)")
+    return 0

@@ -1,0 +1,116 @@
+"""Extension: a periodic fleet line in each worker's log, like Scrapy's ``LogStats``.
+
+    Fleet pages: 2,340 pages/min, todo 1,020, in flight 47, done 3,400, dead 0, workers 3
+
+The numbers are the whole crawl's, read from Redis (``FleetAdmin.snapshot``) with the
+scheduler's asynchronous client, so the line never blocks the reactor. The lesson's
+warning signs (``admin.diagnose``, comparing with the previous line) are logged as
+warnings. ``LEASED_LOGSTATS_INTERVAL`` (seconds, default 60; 0 turns it off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Spider, signals
+from scrapy.exceptions import NotConfigured
+
+from .admin import FleetAdmin, Snapshot, diagnose
+from .config import LeasedConfig, LeasedConfigError
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+LOGSTATS_INTERVAL_SECONDS = 60.0
+
+
+def logstats_interval(settings: BaseSettings) -> float:
+    """``LEASED_LOGSTATS_INTERVAL`` in seconds (0: off); raises LeasedConfigError."""
+    raw = settings.get("LEASED_LOGSTATS_INTERVAL")
+    if raw is None or raw == "":
+        return LOGSTATS_INTERVAL_SECONDS
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not value >= 0 or value == float("inf"):  # also rejects NaN
+        raise LeasedConfigError(
+            f"LEASED_LOGSTATS_INTERVAL ({raw!r}) must be a number of seconds, at least 0 "
+            f"(0 turns the fleet log line off).")
+    return value
+
+
+class LeasedLogStats:
+    def __init__(self, crawler: Crawler, interval: float, worker_ttl: float) -> None:
+        self.crawler = crawler
+        self.interval = interval
+        self.worker_ttl_ms = int(worker_ttl * 1000)
+        self.default_capacity = crawler.settings.getint("CONCURRENT_REQUESTS")
+        self._task: asyncio.Task[None] | None = None
+        self._prev: Snapshot | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        interval = logstats_interval(crawler.settings)
+        if not interval:
+            raise NotConfigured
+        config = LeasedConfig.from_settings(crawler.settings)
+        o = cls(crawler, interval, config.worker_ttl)
+        crawler.signals.connect(o.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(o.spider_closed, signal=signals.spider_closed)
+        return o
+
+    def spider_opened(self, spider: Spider) -> None:
+        self._task = asyncio.ensure_future(self._loop(spider))
+
+    def spider_closed(self, spider: Spider, reason: str) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def _scheduler(self) -> Any:
+        engine = self.crawler.engine
+        # engine.scheduler is public from Scrapy 2.19; the engine slot holds it before
+        return getattr(engine, "scheduler", None) or getattr(
+            getattr(engine, "_slot", None), "scheduler", None)
+
+    def _admin(self) -> FleetAdmin | None:
+        scheduler = self._scheduler()
+        frontier = getattr(scheduler, "frontier", None)
+        if frontier is None or getattr(scheduler, "_closing", False):
+            return None  # not the leased scheduler, not open yet, or closing its client
+        return FleetAdmin(frontier.client, frontier.keys, worker_ttl_ms=self.worker_ttl_ms)
+
+    async def _loop(self, spider: Spider) -> None:
+        admin: FleetAdmin | None = None
+        while True:
+            await asyncio.sleep(self.interval)
+            admin = admin or self._admin()
+            if admin is None or getattr(self._scheduler(), "_closing", False):
+                continue  # the scheduler closes its Redis client: no more lines
+            try:
+                snap = await admin.snapshot(memory=False)
+            except Exception as exc:  # Redis away: the scheduler warns about it already
+                logger.debug("No fleet line: %(exc)r", {"exc": exc}, extra={"spider": spider})
+                continue
+            self.log(snap, spider)
+
+    def log(self, snap: Snapshot, spider: Spider | None = None) -> None:
+        logger.info(
+            "Fleet %(crawl)s: %(rate)s pages/min, todo %(todo)s, in flight %(processing)s, "
+            "done %(done)s, dead %(dead)s, workers %(workers)d",
+            {"crawl": snap.crawl, "rate": f"{snap.pages_per_min:,.0f}",
+             "todo": f"{snap.todo:,}", "processing": f"{snap.processing:,}",
+             "done": f"{snap.done:,}", "dead": f"{snap.dead:,}",
+             "workers": snap.workers_alive},
+            extra={"spider": spider})
+        for d in diagnose(snap, self._prev, self.default_capacity):
+            logger.warning("Fleet %(crawl)s: %(message)s",
+                           {"crawl": snap.crawl, "message": d.message}, extra={"spider": spider})
+        self._prev = snap
