@@ -40,6 +40,7 @@ DEAD_MIN = 2  # dead letters added within the window before "climbing" is said .
 DEAD_SHARE = 0.05  # ... and at least this share of the requests settled meanwhile
 
 BATCH = 500  # requests per seeding commit, dead letters per requeue/purge call
+LANES_SHOWN = 10  # lanes (hosts) listed by status
 
 
 def _s(value: Any) -> str:
@@ -87,6 +88,22 @@ class WorkerState:
 
 
 @dataclass
+class LaneState:
+    """One lane (host) as its rate-budget state shows it (lua/lib_rate.lua)."""
+
+    lane: str
+    queued: int
+    ready_in_s: float  # 0 when it may be served now
+    ahead_s: float  # how far its GCRA arrival time runs ahead of now: budget in use
+    blocked_s: float  # left of a block set by a 429/503 (Retry-After)
+    slowdown: float  # factor on its interval after 429/503 answers (1 = none)
+    crawl_delay_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
 class Snapshot:
     """The crawl at one moment (``now_ms``, Redis time)."""
 
@@ -104,6 +121,8 @@ class Snapshot:
     used_memory: int | None = None
     used_memory_human: str | None = None
     maxmemory: int | None = None
+    lanes: list[LaneState] = field(default_factory=list)  # the busiest, when asked for
+    lanes_total: int = 0
 
     @property
     def pages_per_min(self) -> float:
@@ -286,6 +305,29 @@ class FleetAdmin:
             if not cursor or seen >= scan_limit:
                 return sorted(found)
 
+    async def lanes(self, now_ms: int, limit: int = LANES_SHOWN) -> tuple[int, list[LaneState]]:
+        """(number of lanes with queued requests, the ``limit`` lanes served last: those
+        whose ready time lies furthest ahead, i.e. the ones their budget holds back)."""
+        k = self.keys
+        async with self.client.pipeline(transaction=False) as p:
+            p.zcard(k.lanes).zrevrange(k.lanes, 0, limit - 1, withscores=True)
+            total, top = await p.execute()
+        names = [_s(name) for name, _ in top]
+        async with self.client.pipeline(transaction=False) as p:
+            for lane in names:
+                p.zcard(k.lane_queue(lane)).hmget(k.rate(lane), "tat", "blk", "pf", "pt", "cd")
+            res = await p.execute()
+        out = []
+        for i, (lane, (_, ready)) in enumerate(zip(names, top)):
+            queued, (tat, blk, pf, pt, cd) = res[2 * i], res[2 * i + 1]
+            tat, blk, pf, pt, cd = (float(x or 0) for x in (tat, blk, pf or 1, pt, cd))
+            factor = max(1.0, pf * 0.5 ** ((now_ms - pt) / self.frontier.half_life_ms)) \
+                if pf > 1 else 1.0
+            out.append(LaneState(lane, int(queued), max(0.0, (ready - now_ms) / 1000),
+                                 max(0.0, (tat - now_ms) / 1000), max(0.0, (blk - now_ms) / 1000),
+                                 round(factor, 2), cd / 1000))
+        return int(total), out
+
     async def snapshot(self, *, workers: bool = True, memory: bool = True) -> Snapshot:
         k = self.keys
         counts = await self.frontier.counts(self.worker_ttl_ms)
@@ -312,6 +354,8 @@ class FleetAdmin:
             window_s=window_ms / 1000)
         if workers:
             snap.workers = self._workers(now_ms, res[2], res[3])
+        if workers:
+            snap.lanes_total, snap.lanes = await self.lanes(now_ms)
         if memory:
             info = await self.client.info("memory")
             snap.used_memory = int(info.get("used_memory", 0))

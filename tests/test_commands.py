@@ -161,7 +161,12 @@ def test_status_json_equals_redis_truth_during_a_running_crawl(
     assert doc["throughput"]["pages_per_min"] > 0
     assert doc["sample_s"] >= 2.0 and doc["throughput"]["sample_pages_per_min"] == 0
     assert doc["redis_used_memory"] > 0 and "redis memory" in text
-    assert doc["budget"] is None and "host budgets" in text
+    # every page of the site is one host: one lane, whose queue is the todo
+    assert doc["budget"]["lanes_total"] == 1
+    (lane,) = doc["budget"]["lanes"]
+    assert lane["lane"] == "127.0.0.1" and lane["queued"] == before["todo"], lane
+    assert lane["budget"] == "none" and lane["blocked_s"] == 0 and lane["slowdown"] == 1
+    assert "127.0.0.1" in text and "host (lane)" in text
     assert doc["totals"]["done"] == before["done"]
 
     for w in ws:

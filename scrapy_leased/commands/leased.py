@@ -241,6 +241,7 @@ async def _crawl_id(arg: str | None, settings: Settings, config: LeasedConfig,
 async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Settings,
                   where: str) -> int:
     default_cap = settings.getint("CONCURRENT_REQUESTS")
+    budgets = Budgets.from_settings(settings)
     if not opts.watch:
         sample = SAMPLE_SECONDS if opts.sample is None else opts.sample
         prev = None
@@ -248,7 +249,7 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
             prev = await admin.snapshot(workers=False, memory=False)
             await asyncio.sleep(sample)
         cur = await admin.snapshot()
-        _print_status(cur, prev, _warnings(cur, prev, default_cap), opts.json, where)
+        _print_status(cur, prev, _warnings(cur, prev, default_cap), opts.json, where, budgets)
         return 0
     trend = WATCH_TREND_SECONDS if opts.sample is None else opts.sample
     history: deque[Snapshot] = deque()
@@ -267,7 +268,7 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
             warnings = _warnings(cur, prev, default_cap)
             if not opts.json:
                 sys.stdout.write(CLEAR)
-            _print_status(cur, prev, warnings, opts.json, where)
+            _print_status(cur, prev, warnings, opts.json, where, budgets)
         await asyncio.sleep(max(0.0, opts.interval - (time.monotonic() - started)))
 
 
@@ -280,18 +281,26 @@ def _warnings(cur: Snapshot, prev: Snapshot | None, default_cap: int) -> list[Di
     return out
 
 
+def _budget_text(budgets: Budgets, lane: str) -> str:
+    b = budgets.for_lane(lane)
+    if not b.interval_ms:
+        return "none"
+    return f"{60_000 / b.interval_ms:,.4g}/min burst {b.burst}"
+
+
 def _print_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
-                  as_json: bool, where: str) -> None:
+                  as_json: bool, where: str, budgets: Budgets) -> None:
     if as_json:
         doc = cur.to_dict()
         doc["redis"] = where
         doc["sample_s"] = round(_dt(prev, cur), 3) if prev else 0
         doc["throughput"]["sample_pages_per_min"] = round(_rate(prev, cur), 1) if prev else None
-        doc["budget"] = None  # ISSUE-3: per-host budget use (lanes) goes here
+        doc["budget"] = {"lanes_total": cur.lanes_total, "lanes": [
+            {**lane.to_dict(), "budget": _budget_text(budgets, lane.lane)} for lane in cur.lanes]}
         doc["warnings"] = [{"code": d.code, "message": d.message} for d in warnings]
         print(json.dumps(doc), flush=True)
         return
-    print(render_status(cur, prev, warnings, where), flush=True)
+    print(render_status(cur, prev, warnings, where, budgets), flush=True)
 
 
 def _n(count: int, word: str) -> str:
@@ -316,7 +325,7 @@ def _rate(prev: Snapshot, cur: Snapshot) -> float:
 
 
 def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
-                  where: str) -> str:
+                  where: str, budgets: Budgets | None = None) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(cur.now_ms / 1000))
     alive = [w for w in cur.workers if w.alive]
     gone = len(cur.workers) - len(alive)
@@ -341,8 +350,18 @@ def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis
         if cur.maxmemory:
             mem += f"   (maxmemory {cur.maxmemory / 2**20:,.0f}M)"
         lines.append(mem)
-    # ISSUE-3: per-host budget use (lanes) goes here.
-    lines.append("  host budgets   (per-host budget use: not reported yet, see issue #3)")
+    if cur.lanes:
+        lines += ["", f"  {'host (lane)':<26} {'queued':>8} {'budget':>22} {'in use':>8} "
+                      f"{'ready in':>9} {'blocked':>8} {'slowdown':>9}",]
+        for lane in cur.lanes:
+            budget = _budget_text(budgets, lane.lane) if budgets else "?"
+            extra = f"   Crawl-delay {lane.crawl_delay_s:g} s" if lane.crawl_delay_s else ""
+            lines.append(f"  {lane.lane or '(default)':<26} {lane.queued:>8,} {budget:>22} "
+                         f"{lane.ahead_s:>7.1f}s {lane.ready_in_s:>8.1f}s "
+                         f"{lane.blocked_s:>7.1f}s {lane.slowdown:>8.2f}x{extra}")
+        if cur.lanes_total > len(cur.lanes):
+            lines.append(f"  ... {cur.lanes_total - len(cur.lanes):,} more hosts with queued "
+                         f"requests")
     if alive:
         lines += ["", f"  {'worker':<34} {'heartbeat':>11} {'in flight':>10} {'acked':>10}"]
         for w in alive:
