@@ -373,6 +373,7 @@ class LeasedScheduler(BaseScheduler):
         delay = 0.05
         while not self._closing:
             want = self._capacity()
+            wait = self.config.idle_poll
             if want > 0:
                 generation = self.writer.generation
                 try:
@@ -399,9 +400,13 @@ class LeasedScheduler(BaseScheduler):
                         and generation == self.writer.generation:
                     self._drained_seen_at = generation
                     self._wake_engine()  # lets the engine notice it is idle and ask to close
+                elif result.next_ms > result.now_ms:  # a lane's budget lets a claim through then
+                    wait = min(wait, (result.next_ms - result.now_ms) / 1000)
+            if self._deferred:  # its lane is skipped until it is out: claim again then
+                wait = min(wait, max(0.001, self._deferred[0][0] - asyncio.get_running_loop().time()))
             self._kick.clear()
             try:
-                await asyncio.wait_for(self._kick.wait(), self.config.idle_poll)
+                await asyncio.wait_for(self._kick.wait(), wait)
             except asyncio.TimeoutError:
                 pass
 

@@ -1,9 +1,11 @@
 -- claim: take up to N requests from ready lanes and lease each one to this worker, in
 -- one atomic step. A lane is ready when its time in `lanes` has come and its rate
--- budget allows a request now (peeked, not taken: the downloader middleware takes it
--- when the request starts). Lanes are served round-robin, one request at a time;
+-- budget allows a claim now: claims are paced at the budget's rate on their own GCRA
+-- clock (lib_rate.lua: ctat); the budget itself is taken by the downloader middleware
+-- when the request starts. Lanes are served round-robin, one request at a time;
 -- within a lane, highest priority first, FIFO within a priority. A served lane moves
--- behind the lanes not yet served (its time becomes now).
+-- behind the lanes not yet served (its time becomes now, or the time its budget lets
+-- the next claim through).
 -- KEYS[1] lanes     ZSET  lane -> time from which it may be served (ms)
 -- KEYS[2] leases    ZSET  claim token -> lease deadline (ms, Redis TIME)
 -- KEYS[3] inflight  HASH  claim token -> envelope
@@ -39,15 +41,17 @@ for i = 1, tonumber(ARGV[4]) do
   local lane, a = ARGV[4 + 3 * i], 4 + 3 * i
   local score = redis.call('ZSCORE', KEYS[1], lane)
   if score and tonumber(score) <= now then
-    local avail, ready = rate_available(KEYS[10 + 2 * i], tonumber(ARGV[a + 1]),
+    local avail, interval, ready = rate_claimable(KEYS[10 + 2 * i], tonumber(ARGV[a + 1]),
       tonumber(ARGV[a + 2]), now, half_life)
     if avail > 0 then
-      active[#active + 1] = {lane = lane, queue = KEYS[9 + 2 * i], avail = avail}
+      active[#active + 1] = {lane = lane, queue = KEYS[9 + 2 * i], rate = KEYS[10 + 2 * i],
+        avail = avail, interval = interval, burst = tonumber(ARGV[a + 2]), took = 0}
     else
       redis.call('ZADD', KEYS[1], 'XX', ready, lane)
     end
   end
 end
+local all_active = {unpack(active)}
 local claims = {}
 local got, stop = 0, false
 while got < want and #active > 0 and not stop do
@@ -76,6 +80,7 @@ while got < want and #active > 0 and not stop do
         claims[#claims + 1] = env
         got = got + 1
         l.avail = l.avail - 1
+        l.took = l.took + 1
         if expiries ~= '0' then stop = true end
       end
     end
@@ -87,6 +92,12 @@ while got < want and #active > 0 and not stop do
     end
   end
   active = still
+end
+for _, l in ipairs(all_active) do
+  if l.took > 0 and l.interval > 0 then
+    local next_claim = rate_claimed(l.rate, l.took, l.interval, l.burst, now)
+    if next_claim > now then redis.call('ZADD', KEYS[1], 'XX', next_claim, l.lane) end
+  end
 end
 if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', got) end
 local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))

@@ -8,6 +8,9 @@
 --   blk  no request before this time (Retry-After, 429/503)
 --   pf   slowdown factor set by a 429/503, halving every half_life ms; pt when set
 --   cd   robots.txt Crawl-delay in ms (the interval never goes below it)
+--   ctat the same GCRA clock for claims: claims of the lane are paced at the budget's
+--        rate too, so workers do not claim requests the budget cannot serve soon
+--        (tat, taken at download time, is what the guarantee rests on)
 -- interval 0 means no budget: only blk and cd apply.
 
 local function rate_state(key)
@@ -25,18 +28,26 @@ local function effective_interval(interval, pf, pt, cd, now, half_life)
   return math.max(interval * slowdown(pf, pt, now, half_life), cd)
 end
 
--- How many requests the lane may start now (no change made), and from when it is
--- ready again when that is 0.
-local function rate_available(key, interval, burst, now, half_life)
+-- How many requests of the lane may be claimed now, and the lane's effective interval
+-- (0: no budget); when none may, the time from which one may.
+local function rate_claimable(key, interval, burst, now, half_life)
   local tat, blk, pf, pt, cd = rate_state(key)
-  if now < blk then return 0, blk end
+  if now < blk then return 0, 0, blk end
   local t = effective_interval(interval, pf, pt, cd, now, half_life)
-  if t <= 0 then return 1000000000, now end
+  if t <= 0 then return 1000000000, 0, now end
   local tau = (burst - 1) * t
-  tat = math.max(tat, now)
-  local n = math.floor((now + tau - tat) / t) + 1
-  if n <= 0 then return 0, tat - tau end
-  return math.min(n, burst), now
+  local ctat = math.max(tonumber(redis.call('HGET', key, 'ctat')) or 0, now)
+  local n = math.floor((now + tau - ctat) / t) + 1
+  if n <= 0 then return 0, t, ctat - tau end
+  return math.min(n, burst), t, now
+end
+
+-- Record n claims of the lane (interval t > 0); returns when the next may be claimed.
+local function rate_claimed(key, n, t, burst, now)
+  local ctat = math.max(tonumber(redis.call('HGET', key, 'ctat')) or 0, now) + n * t
+  redis.call('HSET', key, 'ctat', ctat)
+  redis.call('PEXPIRE', key, math.floor(ctat - now) + 3600000)
+  return ctat - (burst - 1) * t
 end
 
 -- Take one request's worth of budget. Returns (wait, ready): wait 0 when the request
