@@ -285,7 +285,9 @@ def _budget_text(budgets: Budgets, lane: str) -> str:
     b = budgets.for_lane(lane)
     if not b.interval_ms:
         return "none"
-    return f"{60_000 / b.interval_ms:,.4g}/min burst {b.burst}"
+    per_s = 1000 / b.interval_ms
+    rate = f"{per_s:,.4g}/s" if per_s >= 1 else f"{per_s * 60:,.4g}/min"
+    return f"{rate} burst {b.burst}"
 
 
 def _print_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
@@ -351,7 +353,7 @@ def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis
             mem += f"   (maxmemory {cur.maxmemory / 2**20:,.0f}M)"
         lines.append(mem)
     if cur.lanes:
-        lines += ["", f"  {'host (lane)':<26} {'queued':>8} {'budget':>22} {'in use':>8} "
+        lines += ["", f"  {'host (lane)':<26} {'queued':>8} {'budget':>22} {'booked':>8} "
                       f"{'ready in':>9} {'blocked':>8} {'slowdown':>9}",]
         for lane in cur.lanes:
             budget = _budget_text(budgets, lane.lane) if budgets else "?"
