@@ -1,0 +1,173 @@
+"""Redis memory per seen URL and per queued request: scrapy_leased vs scrapy-redis.
+
+    python benchmarks/bench_memory.py [--urls 1000000]
+
+Measured on an emptied private redis-server (``FLUSHALL``) as the growth of
+``INFO memory`` ``used_memory`` divided by the number of URLs, at 100,000 and at
+``--urls`` URLs (``http://example.com/p/{i}``: plain GETs, one host):
+
+* seen: the fleet-wide seen set, filled the way ``benchmarks/seen_memory.py`` does
+  (scrapy_leased: ``commit.lua`` through ``Frontier.commit``, queue entries deleted
+  before measuring; scrapy-redis: its ``<spider>:dupefilter`` SET of 40-hex SHA-1s);
+* queued: the queue alone, no seen set. scrapy_leased: ``Frontier.commit`` of
+  ``NewRequest(encode_request(Request(url)), lane="example.com")`` without dedupe (the
+  envelope and lane queue exactly as ``LeasedScheduler.enqueue_request`` writes them,
+  minus the seen entry); scrapy-redis: its ``PriorityQueue`` ZSET, members made by its
+  own ``_encode_request`` (pickle of ``Request.to_dict``), ZADD pipelined 1,000 at a time.
+
+Layout experiment (not what scrapy_leased does today, evidence for a proposal): the
+same envelopes as scrapy_leased stores, without the 12-hex sequence prefix, RPUSHed
+to one LIST (what a LIST per lane and priority would cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+
+import scrapy  # noqa: E402
+
+from scrapy_leased.codec import encode_request  # noqa: E402
+from scrapy_leased.connection import make_client  # noqa: E402
+from scrapy_leased.fingerprints import split_fingerprint  # noqa: E402
+from scrapy_leased.frontier import Frontier, NewRequest  # noqa: E402
+from scrapy_leased.keys import CrawlKeys  # noqa: E402
+from seen_memory import (  # noqa: E402
+    BATCH, bucket_report, fill_baseline, fill_leased_commit, fingerprints, used_memory,
+)
+from tests.support.redis_server import RedisServer  # noqa: E402
+
+CRAWL_ID = "bench"
+LANE = "example.com"
+SR_QUEUE_KEY = "bench:requests"  # scrapy-redis: "<spider>:requests"
+
+
+class BenchSpider(scrapy.Spider):
+    name = "bench"
+
+
+def url(i: int) -> str:
+    return f"http://example.com/p/{i}"
+
+
+def fill_leased_queue(redis_url: str, keys: CrawlKeys, spider, lo: int, hi: int) -> int:
+    async def main() -> int:
+        f = Frontier(make_client(redis_url), keys, lease_ms=30_000, max_attempts=4)
+        new = 0
+        try:
+            for i in range(lo, hi, BATCH):
+                batch = [NewRequest(encode_request(scrapy.Request(url(j)), spider), 0, lane=LANE)
+                         for j in range(i, min(i + BATCH, hi))]
+                new += sum(await f.enqueue(batch))
+        finally:
+            await f.client.aclose()
+        return new
+
+    return asyncio.run(main())
+
+
+def fill_sr_queue(r, spider, lo: int, hi: int) -> int:
+    from scrapy_redis.queue import PriorityQueue
+
+    q = PriorityQueue(r, spider, SR_QUEUE_KEY)
+    new = 0
+    for i in range(lo, hi, BATCH):
+        p = r.pipeline(transaction=False)
+        for j in range(i, min(i + BATCH, hi)):
+            req = scrapy.Request(url(j))
+            p.execute_command("ZADD", q.key, -req.priority, q._encode_request(req))
+        new += sum(p.execute())
+    return new
+
+
+def fill_list_experiment(r, spider, lo: int, hi: int) -> None:
+    for i in range(lo, hi, BATCH):
+        p = r.pipeline(transaction=False)
+        for j in range(i, min(i + BATCH, hi)):
+            payload = encode_request(scrapy.Request(url(j)), spider)
+            p.rpush(f"experiment:queue:{LANE}:0", f"{j + 1}|0|0|0|{LANE}|{payload}")
+        p.execute()
+
+
+def measure(n: int, log=print) -> dict:
+    checkpoints = sorted({c for c in (100_000, n) if c <= n})
+    spider = BenchSpider()
+    out: dict = {"checkpoints": checkpoints}
+    srv = RedisServer(appendonly=False).start()
+    try:
+        r = srv.client()
+        keys = CrawlKeys(CRAWL_ID)
+        t0 = time.perf_counter()
+        fps = fingerprints(n)
+        pairs = [split_fingerprint(fp, 14) for fp in fps]
+        hexes = [fp.hex() for fp in fps]
+        del fps
+        log(f"  fingerprints of {n:,} URLs: {time.perf_counter() - t0:.0f} s")
+
+        def series(fill) -> dict[int, float]:
+            r.flushall()
+            base = used_memory(r)
+            res: dict[int, float] = {}
+            done = 0
+            for cp in checkpoints:
+                fill(done, cp)
+                done = cp
+                res[cp] = (used_memory(r) - base) / cp
+            return res
+
+        def leased_seen(lo: int, hi: int) -> None:
+            assert fill_leased_commit(srv.url, keys, pairs[lo:hi]) == hi - lo
+            r.delete(keys.queue, keys.seq, keys.stats, keys.rids, keys.todo, keys.lanes,
+                     keys.throughput)  # not part of the seen set
+
+        t0 = time.perf_counter()
+        out["leased_seen"] = series(leased_seen)
+        enc, largest, _ = bucket_report(r, keys, 14)
+        out["leased_seen_encodings"] = dict(enc)
+        out["leased_seen_largest_bucket"] = largest
+        log(f"  scrapy_leased seen set: {time.perf_counter() - t0:.0f} s")
+        t0 = time.perf_counter()
+        out["sr_seen"] = series(lambda lo, hi: fill_baseline(r, hexes[lo:hi]))
+        log(f"  scrapy-redis seen set: {time.perf_counter() - t0:.0f} s")
+        t0 = time.perf_counter()
+        out["leased_queue"] = series(
+            lambda lo, hi: fill_leased_queue(srv.url, keys, spider, lo, hi))
+        member = r.zrange(keys.lane_queue(LANE), 0, 0)[0]
+        out["leased_member_bytes"] = len(member)
+        out["leased_member_example"] = member.decode()
+        out["leased_queue_encoding"] = r.object("encoding", keys.lane_queue(LANE)).decode()
+        log(f"  scrapy_leased queue: {time.perf_counter() - t0:.0f} s")
+        t0 = time.perf_counter()
+        out["sr_queue"] = series(lambda lo, hi: fill_sr_queue(r, spider, lo, hi))
+        out["sr_member_bytes"] = len(r.zrange(SR_QUEUE_KEY, 0, 0)[0])
+        log(f"  scrapy-redis queue: {time.perf_counter() - t0:.0f} s")
+        t0 = time.perf_counter()
+        out["list_experiment"] = series(lambda lo, hi: fill_list_experiment(r, spider, lo, hi))
+        out["list_experiment_encoding"] = r.object(
+            "encoding", f"experiment:queue:{LANE}:0").decode()
+        log(f"  LIST layout experiment: {time.perf_counter() - t0:.0f} s")
+        out["redis_version"] = r.info("server")["redis_version"]
+        r.flushall()
+    finally:
+        srv.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--urls", type=int, default=1_000_000)
+    ns = ap.parse_args()
+    print(json.dumps(measure(ns.urls, log=lambda m: print(m, file=sys.stderr)), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

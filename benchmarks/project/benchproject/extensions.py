@@ -1,0 +1,107 @@
+"""Benchmark-only extensions: a per-worker report, and an idle timeout for scrapy-redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+
+from scrapy import signals
+from scrapy.exceptions import DontCloseSpider, NotConfigured
+
+# Requests written to a Redis socket by this process (one per command, or one per
+# pipeline): the client side of "round trips". Counted by wrapping redis-py's
+# send_packed_command, for its synchronous (scrapy-redis) and asyncio (scrapy_leased)
+# connections.
+SENDS = {"sync": 0, "async": 0}
+
+
+def _count_redis_sends() -> None:
+    import redis.asyncio.connection as aconn
+    import redis.connection as sconn
+
+    if getattr(sconn.AbstractConnection.send_packed_command, "_bench", False):
+        return
+    sync_send = sconn.AbstractConnection.send_packed_command
+    async_send = aconn.AbstractConnection.send_packed_command
+
+    def send(self, command, check_health=True):
+        SENDS["sync"] += 1
+        return sync_send(self, command, check_health)
+
+    async def asend(self, command, check_health=True):
+        SENDS["async"] += 1
+        return await async_send(self, command, check_health)
+
+    send._bench = asend._bench = True
+    sconn.AbstractConnection.send_packed_command = send
+    aconn.AbstractConnection.send_packed_command = asend
+
+
+_count_redis_sends()  # at import, before the scheduler opens its connections
+
+
+def _cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+class BenchReport:
+    """At spider_closed (after the scheduler closed), writes one JSON object to the
+    file named by ``BENCH_REPORT``: close reason, a few stats, Redis sends."""
+
+    def __init__(self, crawler, path: str) -> None:
+        self.crawler = crawler
+        self.path = path
+        self.opened = time.time()
+        self.cpu_opened = _cpu_seconds()
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        path = crawler.settings.get("BENCH_REPORT")
+        if not path:
+            raise NotConfigured
+        o = cls(crawler, path)
+        crawler.signals.connect(o.spider_closed, signal=signals.spider_closed)
+        return o
+
+    def spider_closed(self, spider, reason):
+        stats = self.crawler.stats.get_stats()
+        keep = ("response_received_count", "item_scraped_count", "downloader/request_count",
+                "dupefilter/filtered", "leased/claimed", "leased/acked", "leased/enqueued",
+                "leased/budget_waits", "scheduler/enqueued/redis", "scheduler/dequeued/redis")
+        report = {
+            "pid": os.getpid(), "reason": reason, "opened": self.opened, "closed": time.time(),
+            "stats": {k: stats.get(k) for k in keep if stats.get(k) is not None},
+            "redis_sends": SENDS["sync"] + SENDS["async"],
+            "cpu_s": _cpu_seconds(),  # the whole process, start-up included
+            "crawl_cpu_s": _cpu_seconds() - self.cpu_opened,  # from the crawler's creation
+        }
+        with open(self.path, "w", encoding="utf-8") as f:
+            json.dump(report, f)
+
+
+class IdleClose:
+    """For scrapy-redis workers (a plain Spider never waits for peers): keep an idle
+    worker open until it has had no response for ``BENCH_IDLE_CLOSE`` seconds, then
+    let it close with reason ``finished``. Scrapy fires spider_idle again every 5 s
+    (its heartbeat), when scrapy-redis's scheduler polls the shared queue again."""
+
+    def __init__(self, crawler, seconds: float) -> None:
+        self.seconds = seconds
+        self.last = time.monotonic()
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        o = cls(crawler, crawler.settings.getfloat("BENCH_IDLE_CLOSE", 6))
+        crawler.signals.connect(o.response_received, signal=signals.response_received)
+        crawler.signals.connect(o.spider_idle, signal=signals.spider_idle)
+        return o
+
+    def response_received(self, response, request, spider):
+        self.last = time.monotonic()
+
+    def spider_idle(self, spider):
+        if time.monotonic() - self.last < self.seconds:
+            raise DontCloseSpider

@@ -1,0 +1,623 @@
+"""Every benchmark of scrapy_leased side by side with its baselines, in one go.
+
+    python benchmarks/run_all.py [--quick] [--reps 5] [--only scheduler,memory,e2e]
+                                 [--out BENCHMARKS.md]
+
+1. scheduler alone (no network), 50,000 requests: enqueue / dequeue (claim + ack)
+   rates of scrapy_leased vs Scrapy's default scheduler vs scrapy-redis's
+   (``bench_scheduler.py``, a fresh process per run);
+2. Redis memory per seen URL and per queued plain GET at 100k and 1M URLs vs
+   scrapy-redis's layout (``bench_memory.py``);
+3. end-to-end crawl of the local test site (5,000 pages): pages/s of plain Scrapy,
+   scrapy-redis (1 and 2 workers) and scrapy_leased (1, 2 and 3 workers), each run
+   ending by itself, duplicates and misses from the site's log (``bench_e2e.py``);
+4. Redis round trips per crawled page, from ``INFO commandstats`` of those crawls.
+
+Timed cases are repeated (``--reps``, in rotating order so a change of machine load
+hits every case alike) and reported as median (min-max), with ratios of medians.
+Needs ``redis-server`` on PATH and ``pip install -e '.[bench]'`` (scrapy-redis).
+``--quick`` (2 repetitions, 10,000 requests, 100k URLs, 1,000 pages) checks that
+everything runs; only a full run is fit for BENCHMARKS.md.
+
+Writes BENCHMARKS.md at the repository root: the machine, the versions, the command
+and the tables. Whatever follows the line ``<!-- hand-written -->`` in an existing
+BENCHMARKS.md (the analysis of missed targets) is kept as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BENCH = REPO_ROOT / "benchmarks"
+sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(BENCH))
+
+from tests.support.redis_server import RedisServer  # noqa: E402
+
+HAND_WRITTEN = "<!-- hand-written -->"
+E2E_SETUPS = [("plain", 1), ("plain", 2), ("scrapy_redis", 1), ("scrapy_redis", 2),
+              ("leased", 1), ("leased", 2), ("leased", 3)]
+SETUP_NAMES = {"plain": "plain Scrapy", "scrapy_redis": "scrapy-redis", "leased": "scrapy_leased"}
+SCHEDULERS = [("scrapy", "Scrapy default (in memory)"), ("scrapy_redis", "scrapy-redis"),
+              ("leased", "scrapy_leased")]
+
+OUT: list[str] = []  # markdown of the tables, in order
+
+
+def setup_name(mode: str, workers: int) -> str:
+    if mode == "plain" and workers > 1:
+        return f"control: {workers} independent plain Scrapy crawls at once"
+    return SETUP_NAMES[mode]
+
+
+def emit(line: str = "") -> None:
+    print(line, flush=True)
+    OUT.append(line)
+
+
+def note(line: str) -> None:
+    """Progress, printed but not written to BENCHMARKS.md."""
+    print(f"  .. {line}", file=sys.stderr, flush=True)
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+QUIET = {"enabled": True, "waited": 0.0, "gave_up": 0, "repeated": 0, "kept_disturbed": 0}
+DISTURBED_CORES = 0.3  # a timed run during which other processes used more is run again
+MAX_REPEATS = 3
+QUIET_CORES = 0.25  # busy cores (other processes) below which the machine counts as quiet
+QUIET_MAX_WAIT_S = 300.0
+
+
+def wait_quiet() -> None:
+    """Before a timed run: wait until the machine's other processes use less than
+    QUIET_CORES cores over 2 s (none of the benchmark's own processes runs then), at
+    most QUIET_MAX_WAIT_S; then run anyway (counted, and the tables show the load)."""
+    if not QUIET["enabled"]:
+        return
+    from bench_e2e import system_busy
+
+    t0 = time.monotonic()
+    while True:
+        b0 = system_busy()
+        time.sleep(2.0)
+        busy = (system_busy() - b0) / 2.0
+        if busy < QUIET_CORES:
+            break
+        if time.monotonic() - t0 > QUIET_MAX_WAIT_S:
+            QUIET["gave_up"] += 1
+            note(f"machine still busy ({busy:.2f} cores) after {QUIET_MAX_WAIT_S:.0f} s: running")
+            break
+    QUIET["waited"] += time.monotonic() - t0
+
+
+def undisturbed(label: str, go: Callable[[], dict], others: Callable[[dict], float]) -> dict:
+    """Run ``go`` after waiting for a quiet machine; run it again (at most MAX_REPEATS
+    times) when other processes used more than DISTURBED_CORES meanwhile."""
+    for attempt in range(MAX_REPEATS + 1):
+        wait_quiet()
+        res = go()
+        busy = others(res)
+        if not QUIET["enabled"] or busy <= DISTURBED_CORES:
+            return res
+        if attempt < MAX_REPEATS:
+            QUIET["repeated"] += 1
+            note(f"{label}: other processes used {busy:.2f} cores meanwhile: running it again")
+    QUIET["kept_disturbed"] += 1
+    return res
+
+
+def med(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def fmt(values: list[float], digits: int = 0) -> str:
+    m, lo, hi = med(values)
+    return f"{m:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
+
+
+def ratio(a: list[float], b: list[float]) -> str:
+    return f"{statistics.median(a) / statistics.median(b):.2f}x"
+
+
+def rotate(items: list, k: int) -> list:
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+# -- machine ---------------------------------------------------------------------
+
+
+def machine(redis_version: str) -> list[str]:
+    import redis
+    import scrapy
+    import scrapy_redis
+    import twisted
+
+    mem_kb = 0
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    return [
+        f"- Machine: `nproc` = {nproc} ({cpu}), {mem_kb / 1024 / 1024:.1f} GiB memory, "
+        f"{platform.system()} {platform.release()}",
+        f"- Python {platform.python_version()}, Scrapy {scrapy.__version__}, "
+        f"Twisted {twisted.__version__}, redis-py {redis.__version__}, "
+        f"Redis server {redis_version} (a private `redis-server` on loopback, no persistence), "
+        f"scrapy-redis {getattr(scrapy_redis, '__version__', '?')}",
+    ]
+
+
+# -- 1. scheduler ------------------------------------------------------------------
+
+
+def run_scheduler(which: str, n: int, redis: RedisServer) -> dict:
+    import resource
+
+    from bench_e2e import redis_cpu, system_busy
+
+    client = redis.client()
+    client.flushall()
+    cmd = [sys.executable, str(BENCH / "bench_scheduler.py"), "--which", which, "--n", str(n),
+           "--redis-url", redis.url]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0, redis0, t0 = system_busy(), redis_cpu(client), time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime) + redis_cpu(client) - redis0
+    others = max(0.0, system_busy() - busy0 - own)
+    client.close()
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return {**json.loads(lines[-1]), "others_cores": others / wall}
+
+
+def section_scheduler(n: int, reps: int, redis: RedisServer, raw: dict) -> dict:
+    emit(f"## 1. Scheduler alone (no network), {n:,} requests")
+    emit()
+    order = [w for w, _ in SCHEDULERS] + ["leased_ops"]
+    runs: dict[str, list[dict]] = {w: [] for w in order}
+    emit(f"Load average before: {load()}")
+    for rep in range(reps):
+        for which in rotate(order, rep):
+            res = undisturbed(f"scheduler {which}", lambda: run_scheduler(which, n, redis),
+                              lambda r: r["others_cores"])
+            runs[which].append(res)
+            note(f"scheduler rep {rep + 1}/{reps} {which}: "
+                 + ", ".join(f"{k} {v:,.0f}" for k, v in res.items() if k.endswith("_rate")))
+    emit(f"Load average after: {load()}")
+    others = [r["others_cores"] for w in runs for r in runs[w]]
+    emit(f"Other processes meanwhile (CPU of the machine minus the benchmark's process and "
+         f"redis-server, over each run's wall time): {statistics.median(others):.2f} cores "
+         f"busy (median), {max(others):.2f} (max)")
+    emit()
+    raw["scheduler"] = runs
+    enq = {w: [r["enqueue_rate"] for r in runs[w]] for w in runs}
+    deq = {w: [r["dequeue_rate"] for r in runs[w]] for w in runs if w != "leased_ops"}
+    emit(f"Requests/s, median (min-max) of {reps} runs, each in a fresh process. "
+         "Ratios: scrapy_leased's median over the other's.")
+    emit()
+    emit("| scheduler | enqueue req/s | dequeue req/s |")
+    emit("| --- | ---: | ---: |")
+    for which, name in SCHEDULERS:
+        label = name + (" (dequeue = claim + hand out + finish + ack)" if which == "leased" else "")
+        emit(f"| {label} | {fmt(enq[which])} | {fmt(deq[which])} |")
+    emit(f"| scrapy_leased / Scrapy default | {ratio(enq['leased'], enq['scrapy'])} "
+         f"| {ratio(deq['leased'], deq['scrapy'])} |")
+    emit(f"| scrapy_leased / scrapy-redis | {ratio(enq['leased'], enq['scrapy_redis'])} "
+         f"| {ratio(deq['leased'], deq['scrapy_redis'])} |")
+    emit()
+    ops = runs["leased_ops"]
+    claim = [r["claim_rate"] for r in ops]
+    ack = [r["ack_rate"] for r in ops]
+    emit("scrapy_leased operations alone (the scheduler's own calls: `Frontier.claim` of 16 "
+         "requests + `decode_request`, as `_claim_loop`/`_absorb` do; "
+         "`CommitWriter.add_ack` for 16 finished claims per event-loop turn, then drained):")
+    emit()
+    emit("| operation | req/s |")
+    emit("| --- | ---: |")
+    emit(f"| enqueue (`enqueue_request` + `CommitWriter`, as above) | {fmt(enq['leased_ops'])} |")
+    emit(f"| claim alone | {fmt(claim)} |")
+    emit(f"| ack alone | {fmt(ack)} |")
+    emit()
+    emit("How: each scheduler is the real class, built by Scrapy from a real `Crawler` "
+         "(`get_crawler`: settings, stats, fingerprinter, the dupefilter of "
+         "`DUPEFILTER_CLASS`) and driven through Scrapy's scheduler interface with an "
+         "engine stand-in (a real `Downloader` for slot keys; an engine slot whose "
+         "`inprogress` set and `nextcall` are what scrapy_leased uses to follow completion "
+         "and to wake the engine). Requests: `Request(url, callback=spider.parse, "
+         "meta={'depth': 1}, headers={'Referer': ...})`, one host, all distinct. Enqueue: "
+         "`enqueue_request`, 10 at a time (one page's links) between returns to the event "
+         "loop; scrapy_leased's time includes its `CommitWriter` writing all of them to "
+         "Redis. Dequeue: `next_request` with at most `CONCURRENT_REQUESTS` (16) in "
+         "flight; each request is finished at once as the engine finishes it; for "
+         "scrapy_leased that is a claim by its claim loop, then an ack, and the time "
+         "includes the last ack reaching Redis. Scrapy's and scrapy-redis's schedulers "
+         "have no ack: their dequeue is `next_request` alone. See "
+         "`benchmarks/bench_scheduler.py`.")
+    emit()
+    return {"enqueue": statistics.median(enq["leased"]),
+            "claim": statistics.median(deq["leased"]),
+            "claim_alone": statistics.median(claim)}
+
+
+# -- 2. memory -------------------------------------------------------------------
+
+
+def section_memory(n: int, raw: dict) -> dict:
+    from bench_memory import measure
+
+    emit(f"## 2. Redis memory per seen URL and per queued request, up to {n:,} URLs")
+    emit()
+    emit(f"Load average before: {load()}")
+    res = measure(n, log=note)
+    raw["memory"] = res
+    emit()
+    emit("Bytes = growth of `INFO memory` `used_memory` from an emptied server / URLs "
+         "(one run: the figures are deterministic up to the allocator). "
+         "URLs `http://example.com/p/{i}`: plain GETs, one host.")
+    emit()
+    emit("| URLs | seen: scrapy_leased | seen: scrapy-redis | ratio | "
+         "queued: scrapy_leased | queued: scrapy-redis | ratio |")
+    emit("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for cp in res["checkpoints"]:
+        ls, ss = res["leased_seen"][cp], res["sr_seen"][cp]
+        lq, sq = res["leased_queue"][cp], res["sr_queue"][cp]
+        emit(f"| {cp:,} | {ls:.1f} B | {ss:.1f} B | {ss / ls:.1f}x smaller | "
+             f"{lq:.1f} B | {sq:.1f} B | {sq / lq:.1f}x smaller |")
+    emit()
+    enc = ", ".join(f"{k} x{v}" for k, v in res["leased_seen_encodings"].items())
+    emit(f"scrapy_leased seen set: 2^14 SETs of 64-bit integers ({enc}, largest "
+         f"{res['leased_seen_largest_bucket']} members), filled through `commit.lua`; "
+         f"scrapy-redis: one SET of 40-hex SHA-1 strings. Queue: scrapy_leased's lane ZSET "
+         f"(`{res['leased_queue_encoding']}`), member {res['leased_member_bytes']} bytes, e.g. "
+         f"`{res['leased_member_example']}`; scrapy-redis's PriorityQueue ZSET, member "
+         f"{res['sr_member_bytes']} bytes (pickle of `Request.to_dict`). The queue is measured "
+         f"without any seen entry. See `benchmarks/bench_memory.py`.")
+    emit()
+    emit("Layout experiment (not scrapy_leased's current layout; evidence for the proposal "
+         "below): the same envelopes without the 12-hex sequence prefix, in one LIST "
+         f"(`{res['list_experiment_encoding']}`): "
+         + ", ".join(f"{res['list_experiment'][cp]:.1f} B at {cp:,}"
+                     for cp in res["checkpoints"]) + " per queued request.")
+    emit()
+    last = res["checkpoints"][-1]
+    return {"seen": res["leased_seen"][last], "queued": res["leased_queue"][last], "at": last}
+
+
+# -- 3 and 4. end to end ---------------------------------------------------------------
+
+
+def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
+                nodelay: bool = True) -> dict:
+    from bench_e2e import run
+
+    emit(f"## 3. End to end: the local test site, {pages:,} pages")
+    emit()
+    workdir = Path(tempfile.mkdtemp(prefix="leased-e2e-"))
+    results: dict[tuple[str, int], list[dict]] = {s: [] for s in E2E_SETUPS}
+    emit(f"Load average before: {load()}")
+    for rep in range(reps):
+        for mode, workers in rotate(E2E_SETUPS, rep):
+            res = undisturbed(
+                f"e2e {mode} x{workers}",
+                lambda: run(mode, workers, pages, redis, workdir, nodelay=nodelay),
+                lambda r: r["cpu"]["others"] / r["wall"])
+            res["load"] = load()
+            if "error" in res:
+                raise RuntimeError(f"{mode} x{workers}: {res['error']}")
+            results[(mode, workers)].append(res)
+            note(f"e2e rep {rep + 1}/{reps} {mode} x{workers}: {res['pages_per_s']:.0f} pages/s, "
+                 f"wall {res['wall']:.1f} s, dup {res['site']['duplicates']}, "
+                 f"miss {res['site']['misses']}, load {res['load']}")
+    emit(f"Load average after: {load()}")
+    emit()
+    raw["e2e"] = {f"{m}x{w}": v for (m, w), v in results.items()}
+    plain = [r["pages_per_s"] for r in results[("plain", 1)]]
+    emit(f"pages/s = distinct pages / time from the first to the last request the site "
+         f"served; median (min-max) of {reps} runs; ratio to plain Scrapy's median. Wall: "
+         f"launch of the processes to the exit of the last one (Python start-up, and for "
+         f"scrapy-redis its idle timeout, included). Duplicates and misses: totals over "
+         f"all {reps} runs, from the site's log.")
+    emit()
+    emit("| setup | workers | pages/s | vs plain Scrapy | wall s | duplicates | misses "
+         "| every worker ended by itself |")
+    emit("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for mode, workers in E2E_SETUPS:
+        rs = results[(mode, workers)]
+        pps = [r["pages_per_s"] for r in rs]
+        ended = all(c == 0 for r in rs for c in r["exit_codes"]) and all(
+            x == "finished" for r in rs for x in r["reasons"])
+        emit(f"| {setup_name(mode, workers)} | {workers} | {fmt(pps)} | {ratio(pps, plain)} | "
+             f"{fmt([r['wall'] for r in rs], 1)} | "
+             f"{sum(r['site']['duplicates'] for r in rs)} | "
+             f"{sum(r['site']['misses'] for r in rs)} | "
+             f"{'yes (finished, exit 0)' if ended else 'NO'} |")
+    emit()
+    emit("Setup (`benchmarks/project`, one spider for all): the spider follows every link "
+         "and yields one small item per page; no item pipeline; `LOG_LEVEL = 'WARNING'`; "
+         "Scrapy's defaults otherwise (`CONCURRENT_REQUESTS` 16, "
+         "`CONCURRENT_REQUESTS_PER_DOMAIN` 8, `ROBOTSTXT_OBEY` off); start: Scrapy's "
+         "default `start()` from `start_urls` (one `dont_filter` request per worker). The "
+         "site (`example_project/testsite.py`, a subprocess) links page i to pages "
+         "10i+1..10i+10 (those below 5,000) and to two cross links, so 15,000 links lead to "
+         "5,000 distinct pages. The control row runs two plain Scrapy crawls at once, each "
+         "of its own copy of the site (10,000 pages in all; its pages/s is the sum of "
+         "both): what two processes that share nothing reach on this machine, the "
+         "ceiling for two workers. "
+         + ("It runs with TCP_NODELAY (`benchmarks/bench_site.py`): the stock server writes "
+            "headers and body in two sends, and on a keep-alive connection Nagle's algorithm "
+            "plus the client's delayed ACK made every response wait ~44 ms (measured on one "
+            "connection: 44.0 ms p50, 0.39 ms with TCP_NODELAY), which capped every setup "
+            "at ~8 requests in flight / 44 ms, about 200 pages/s per worker. "
+            if nodelay else
+            "It runs as it is (`--stock-site`): each keep-alive response waits ~44 ms "
+            "(Nagle + delayed ACK), so every worker is capped near 8 / 44 ms. ")
+         + "scrapy_leased: the add-on with "
+         "`LEASED_UPSERT_ENABLED = False` (the others store nothing either), everything "
+         "else at its defaults; workers end when the crawl is drained. scrapy-redis: "
+         "`SCHEDULER = 'scrapy_redis.scheduler.Scheduler'`, "
+         "`DUPEFILTER_CLASS = 'scrapy_redis.dupefilter.RFPDupeFilter'`, "
+         "`SCHEDULER_PERSIST = True` (otherwise the first worker to close deletes the "
+         "shared queue), a plain `scrapy.Spider` (scrapy-redis's `RedisSpider` feeds start "
+         "URLs through `start_requests`, which Scrapy 2.19 ignores); its default "
+         "`PriorityQueue` ignores `SCHEDULER_IDLE_BEFORE_CLOSE`, so a benchmark extension "
+         "(`IdleClose`) keeps an idle worker open until it has had no response for 6 s, "
+         "then lets it close with `finished` (Scrapy fires `spider_idle` every 5 s). "
+         "One private redis-server serves every run (`FLUSHALL` and `CONFIG RESETSTAT` "
+         "before each).")
+    emit()
+
+    emit("CPU seconds per 1,000 pages (median), from the same runs: the workers "
+         "(`getrusage` from the crawler's creation to spider_closed, all workers together), "
+         "redis-server (`INFO cpu`) and the site (`/proc`); the share is all three against "
+         f"what the machine had: {os.cpu_count()} cores x the time from the first crawler's "
+         "creation to the last spider_closed. Other processes: CPU the whole machine used "
+         "during a run (`/proc/stat`) minus this run's processes, over the run's wall time "
+         "(the largest of the runs): load from anything else on the machine.")
+    emit()
+    emit("| setup | workers | workers CPU s | Redis CPU s | site CPU s | all three, "
+         "share of the machine | other processes meanwhile, cores busy (max) |")
+    emit("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    ncpu = os.cpu_count() or 1
+    for mode, workers in E2E_SETUPS:
+        rs = results[(mode, workers)]
+        k = [1000.0 / r["site"]["distinct"] for r in rs]
+        wc = [r["cpu"]["workers_crawl"] * f for r, f in zip(rs, k)]
+        rc = [r["cpu"].get("redis", 0.0) * f for r, f in zip(rs, k)]
+        sc = [r["cpu"]["site"] * f for r, f in zip(rs, k)]
+        busy = [100.0 * (r["cpu"]["workers_crawl"] + r["cpu"].get("redis", 0.0) + r["cpu"]["site"])
+                / (ncpu * r["crawl_window"]) for r in rs]
+        emit(f"| {setup_name(mode, workers)} | {workers} | {statistics.median(wc):.2f} | "
+             f"{statistics.median(rc):.2f} | {statistics.median(sc):.2f} | "
+             f"{statistics.median(busy):.0f} % | "
+             f"{max(r['cpu']['others'] / r['wall'] for r in rs):.2f} |")
+    emit()
+
+    emit("## 4. Redis round trips per crawled page")
+    emit()
+    emit(f"From the same runs: `INFO commandstats` after each run (statistics reset "
+         f"before it), divided by the distinct pages crawled; median (min-max) of {reps} "
+         f"runs.")
+    emit()
+    emit("| setup | workers | commands sent / page | round trips / page | "
+         "client-side writes / page | run inside scripts / page | sent, by command (one run) |")
+    emit("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    trips: dict[tuple[str, int], float] = {}
+    for mode, workers in E2E_SETUPS:
+        if mode == "plain":
+            continue
+        rs = results[(mode, workers)]
+        per = [r["site"]["distinct"] for r in rs]
+        sent = [r["commands"]["sent"] / p for r, p in zip(rs, per)]
+        rt = [r["commands"]["round_trips"] / p for r, p in zip(rs, per)]
+        cl = [r["redis_sends"] / p for r, p in zip(rs, per)]
+        ins = [r["commands"]["inside_scripts"] / p for r, p in zip(rs, per)]
+        trips[(mode, workers)] = statistics.median(rt)
+        by = rs[len(rs) // 2]["commands"]["sent_by_command"]
+        by_s = ", ".join(f"{k} {v:,}" for k, v in sorted(by.items(), key=lambda kv: -kv[1]))
+        emit(f"| {setup_name(mode, workers)} | {workers} | {fmt(sent, 2)} | {fmt(rt, 2)} | "
+             f"{fmt(cl, 2)} | {fmt(ins, 1)} | {by_s} |")
+    emit()
+    emit("How the commands sent are told apart from the commands scripts run: Redis counts "
+         "a command a Lua script runs with `redis.call` in `INFO commandstats` under that "
+         "command's own name, exactly like one a client sends. So a command counts as "
+         "sent by a client when it is EVALSHA/EVAL/SCRIPT, or when no script of "
+         "scrapy_leased calls that command (names read from `scrapy_leased/lua/*.lua`); "
+         "the commands scripts call are counted as run inside them. scrapy_leased's "
+         "Python code sends only EVALSHA while crawling (plus HELLO/PING per new "
+         "connection and HSETNX/HGET once at start; that one HGET per worker is counted as "
+         "in-script). scrapy-redis runs no script, so every command it ran was sent. A "
+         "MULTI/EXEC transaction (scrapy-redis's pop: MULTI ZRANGE ZREMRANGEBYRANK EXEC) "
+         "is written in one go: round trips count it once. Cross-check: each worker counts "
+         "the requests its redis-py connections write to the socket (a pipeline once), "
+         "in `benchproject/extensions.py`; that is the client-side column.")
+    emit()
+    pps_med = {s: statistics.median([r["pages_per_s"] for r in results[s]]) for s in results}
+    return {"pps": pps_med, "plain": statistics.median(plain), "trips": trips}
+
+
+# -- profile -----------------------------------------------------------------------
+
+
+def section_profile(pages: int, redis: RedisServer, nodelay: bool = True) -> None:
+    from bench_e2e import run, summarize_profile
+
+    emit("## Profile: where a scrapy_leased worker spends its CPU")
+    emit()
+    emit(f"One crawl each of plain Scrapy and of one scrapy_leased worker ({pages:,} pages) "
+         "under `py-spy record -r 200` (which slows the worker: these pages/s are not "
+         "comparable with the tables above). Shares are of the samples where the worker's "
+         "thread was running, inclusive (a function's callees count with it).")
+    emit()
+    workdir = Path(tempfile.mkdtemp(prefix="leased-prof-"))
+    out = {}
+    for mode in ("plain", "leased"):
+        path = str(workdir / f"{mode}.txt")
+        res = run(mode, 1, pages, redis, workdir, profile=path, nodelay=nodelay)
+        if "error" in res:
+            raise RuntimeError(res["error"])
+        out[mode] = (res, summarize_profile(path))
+    emit("| | plain Scrapy | scrapy_leased, 1 worker |")
+    emit("| --- | ---: | ---: |")
+    (pr, pp), (lr, lp) = out["plain"], out["leased"]
+    emit(f"| worker CPU ms per page | {1000 * pr['cpu']['workers_crawl'] / pr['site']['distinct']:.2f} "
+         f"| {1000 * lr['cpu']['workers_crawl'] / lr['site']['distinct']:.2f} |")
+    emit(f"| samples | {pp['samples']:,} | {lp['samples']:,} |")
+    for name in ("scrapy_leased", "redis", "parsel", "w3lib"):
+        label = {"redis": "redis-py", "scrapy_leased": "scrapy_leased (all its frames)"}.get(
+            name, name)
+        emit(f"| {label} | {pp['packages'][name]:.1f} % | {lp['packages'][name]:.1f} % |")
+    for label, share in lp["functions"].items():
+        emit(f"| {label.replace('  of which', '&nbsp;&nbsp;of which')} | | {share:.1f} % |")
+    emit()
+
+
+# -- targets -----------------------------------------------------------------------
+
+
+def section_targets(s: dict | None, m: dict | None, e: dict | None) -> None:
+    emit("## Targets for scrapy_leased")
+    emit()
+    emit("| target | measured (median) | |")
+    emit("| --- | ---: | --- |")
+
+    def row(name: str, value: str, ok: bool) -> None:
+        emit(f"| {name} | {value} | {'met' if ok else '**missed**'} |")
+
+    if e:
+        r1 = e["pps"][("leased", 1)] / e["plain"]
+        r2 = e["pps"][("leased", 2)] / e["plain"]
+        row("1 worker >= 0.9x plain Scrapy pages/s", f"{r1:.2f}x", r1 >= 0.9)
+        row("2 workers >= 1.5x plain Scrapy pages/s (2 cores)", f"{r2:.2f}x", r2 >= 1.5)
+        ctl = e["pps"][("plain", 2)] / e["plain"]
+        emit(f"| (context: the control, 2 independent plain Scrapy crawls, reached) | "
+             f"{ctl:.2f}x | |")
+    if s:
+        row("scheduler enqueue >= 10,000 req/s", f"{s['enqueue']:,.0f} req/s",
+            s["enqueue"] >= 10_000)
+        row("scheduler claim >= 10,000 req/s (claim + ack cycle)", f"{s['claim']:,.0f} req/s",
+            s["claim"] >= 10_000)
+        row("scheduler claim >= 10,000 req/s (claim alone)", f"{s['claim_alone']:,.0f} req/s",
+            s["claim_alone"] >= 10_000)
+    if m:
+        row(f"<= 16 B per seen URL at {m['at']:,}", f"{m['seen']:.1f} B", m["seen"] <= 16)
+        row(f"<= 100 B per queued plain GET at {m['at']:,}", f"{m['queued']:.1f} B",
+            m["queued"] <= 100)
+    if e:
+        for w in (1, 2, 3):
+            t = e["trips"][("leased", w)]
+            row(f"<= 3 Redis round trips per page ({w} worker{'s' if w > 1 else ''})",
+                f"{t:.2f}", t <= 3)
+    emit()
+
+
+# -- main --------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="2 repetitions, 10,000 requests, 100k URLs, 1,000 pages")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 5; quick 2)")
+    ap.add_argument("--only", default="scheduler,memory,e2e",
+                    help="comma-separated sections: scheduler, memory, e2e")
+    ap.add_argument("--out", default=str(REPO_ROOT / "BENCHMARKS.md"))
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile one plain and one scrapy_leased worker with py-spy")
+    ap.add_argument("--no-wait", action="store_true",
+                    help="do not wait for a quiet machine before each timed run")
+    ap.add_argument("--stock-site", action="store_true",
+                    help="crawl the test site without TCP_NODELAY (each response ~44 ms)")
+    ns = ap.parse_args()
+    reps = ns.reps or (2 if ns.quick else 5)
+    sched_n = 10_000 if ns.quick else 50_000
+    mem_n = 100_000 if ns.quick else 1_000_000
+    pages = 1_000 if ns.quick else 5_000
+    only = {x.strip() for x in ns.only.split(",") if x.strip()}
+    QUIET["enabled"] = not ns.no_wait
+    unknown = only - {"scheduler", "memory", "e2e"}
+    if unknown:
+        ap.error(f"unknown sections: {', '.join(sorted(unknown))}")
+
+    started = dt.datetime.now(dt.timezone.utc)
+    t0 = time.monotonic()
+    redis = RedisServer(appendonly=False).start()
+    raw: dict[str, Any] = {}
+    try:
+        c = redis.client()
+        redis_version = c.info("server")["redis_version"]
+        c.close()
+        head = ["# Benchmarks", ""]
+        head += [f"Generated by `benchmarks/run_all.py`; real output of one run, nothing edited "
+                 f"by hand above the hand-written section.", ""]
+        head += machine(redis_version)
+        head += [f"- Date: {started:%Y-%m-%d %H:%M} UTC",
+                 "- Command: `" + " ".join(["python", "benchmarks/run_all.py"]
+                                          + [shlex.quote(a) for a in sys.argv[1:]]) + "`",
+                 f"- Load average at start (1, 5, 15 min): {load()}", ""]
+        for line in head:
+            emit(line)
+        s = section_scheduler(sched_n, reps, redis, raw) if "scheduler" in only else None
+        m = section_memory(mem_n, raw) if "memory" in only else None
+        e = (section_e2e(pages, reps, redis, raw, nodelay=not ns.stock_site)
+             if "e2e" in only else None)
+        if ns.profile:
+            section_profile(pages, redis, nodelay=not ns.stock_site)
+        section_targets(s, m, e)
+        emit(f"Total time {time.monotonic() - t0:.0f} s; load average at the end: {load()}. "
+             + (f"Before each timed run the harness waited for other processes to use less "
+                f"than {QUIET_CORES} cores over 2 s ({QUIET['waited']:.0f} s of waiting in "
+                f"all, {QUIET['gave_up']} runs started without quiet after "
+                f"{QUIET_MAX_WAIT_S:.0f} s), and ran again any timed run during which they "
+                f"used more than {DISTURBED_CORES} cores on average ({QUIET['repeated']} "
+                f"runs repeated, {QUIET['kept_disturbed']} kept after {MAX_REPEATS} "
+                f"repeats)." if QUIET["enabled"] else
+                "No waiting for a quiet machine (`--no-wait`)."))
+        emit()
+    finally:
+        redis.close()
+    raw_path = Path(tempfile.gettempdir()) / f"scrapy-leased-bench-{started:%Y%m%d-%H%M%S}.json"
+    raw_path.write_text(json.dumps(raw, indent=1, default=str))
+    print(f"raw results: {raw_path}", file=sys.stderr)
+    if not ns.no_write:
+        out = Path(ns.out)
+        kept = ""
+        if out.exists():
+            text = out.read_text(encoding="utf-8")
+            if HAND_WRITTEN in text:
+                kept = text[text.index(HAND_WRITTEN):]
+        out.write_text("\n".join(OUT) + "\n" + (kept or f"{HAND_WRITTEN}\n"), encoding="utf-8")
+        print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
