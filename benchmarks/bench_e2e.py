@@ -276,6 +276,7 @@ def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir:
         "pages_per_s": pages_per_s,
         "reasons": [r["reason"] if r else None for r in reports],
         "redis_sends": sum(r["redis_sends"] for r in reports if r),
+        "worker_reports": reports,
         "startup": [(r["opened"] - t0) if r else None for r in reports],
         "crawl_window": (max(r["closed"] for r in reports if r)
                          - min(r["opened"] for r in reports if r)) if any(reports) else 0.0,

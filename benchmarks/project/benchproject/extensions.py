@@ -42,6 +42,12 @@ def _count_redis_sends() -> None:
 _count_redis_sends()  # at import, before the scheduler opens its connections
 
 
+def _context_switches() -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of this process so far (Linux)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_nvcsw, ru.ru_nivcsw
+
+
 def _cpu_seconds() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -56,6 +62,7 @@ class BenchReport:
         self.path = path
         self.opened = time.time()
         self.cpu_opened = _cpu_seconds()
+        self.csw_opened = _context_switches()
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -77,6 +84,7 @@ class BenchReport:
             "redis_sends": SENDS["sync"] + SENDS["async"],
             "cpu_s": _cpu_seconds(),  # the whole process, start-up included
             "crawl_cpu_s": _cpu_seconds() - self.cpu_opened,  # from the crawler's creation
+            "crawl_switches": [b - a for a, b in zip(self.csw_opened, _context_switches())],
         }
         with open(self.path, "w", encoding="utf-8") as f:
             json.dump(report, f)
