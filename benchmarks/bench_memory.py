@@ -12,12 +12,11 @@ Measured on an emptied private redis-server (``FLUSHALL``) as the growth of
 * queued: the queue alone, no seen set. scrapy_leased: ``Frontier.commit`` of
   ``NewRequest(encode_request(Request(url)), lane="example.com")`` without dedupe (the
   envelope and lane queue exactly as ``LeasedScheduler.enqueue_request`` writes them,
-  minus the seen entry); scrapy-redis: its ``PriorityQueue`` ZSET, members made by its
-  own ``_encode_request`` (pickle of ``Request.to_dict``), ZADD pipelined 1,000 at a time.
-
-Layout experiment (not what scrapy_leased does today, evidence for a proposal): the
-same envelopes as scrapy_leased stores, without the 12-hex sequence prefix, RPUSHed
-to one LIST (what a LIST per lane and priority would cost).
+  minus the seen entry): priority 0 lands in the lane's LIST; scrapy-redis: its
+  ``PriorityQueue`` ZSET, members made by its own ``_encode_request`` (pickle of
+  ``Request.to_dict``), ZADD pipelined 1,000 at a time;
+* queued with another priority: the same requests with ``priority=1``, which
+  scrapy_leased keeps in the lane's ZSET (lua/lib_settle.lua), for comparison.
 """
 
 from __future__ import annotations
@@ -58,13 +57,15 @@ def url(i: int) -> str:
     return f"http://example.com/p/{i}"
 
 
-def fill_leased_queue(redis_url: str, keys: CrawlKeys, spider, lo: int, hi: int) -> int:
+def fill_leased_queue(redis_url: str, keys: CrawlKeys, spider, lo: int, hi: int,
+                      priority: int = 0) -> int:
     async def main() -> int:
         f = Frontier(make_client(redis_url), keys, lease_ms=30_000, max_attempts=4)
         new = 0
         try:
             for i in range(lo, hi, BATCH):
-                batch = [NewRequest(encode_request(scrapy.Request(url(j)), spider), 0, lane=LANE)
+                batch = [NewRequest(encode_request(scrapy.Request(url(j), priority=priority),
+                                                   spider), priority, lane=LANE)
                          for j in range(i, min(i + BATCH, hi))]
                 new += sum(await f.enqueue(batch))
         finally:
@@ -86,15 +87,6 @@ def fill_sr_queue(r, spider, lo: int, hi: int) -> int:
             p.execute_command("ZADD", q.key, -req.priority, q._encode_request(req))
         new += sum(p.execute())
     return new
-
-
-def fill_list_experiment(r, spider, lo: int, hi: int) -> None:
-    for i in range(lo, hi, BATCH):
-        p = r.pipeline(transaction=False)
-        for j in range(i, min(i + BATCH, hi)):
-            payload = encode_request(scrapy.Request(url(j)), spider)
-            p.rpush(f"experiment:queue:{LANE}:0", f"{j + 1}|0|0|0|{LANE}|{payload}")
-        p.execute()
 
 
 def measure(n: int, log=print) -> dict:
@@ -125,8 +117,8 @@ def measure(n: int, log=print) -> dict:
 
         def leased_seen(lo: int, hi: int) -> None:
             assert fill_leased_commit(srv.url, keys, pairs[lo:hi]) == hi - lo
-            r.delete(keys.queue, keys.seq, keys.stats, keys.rids, keys.todo, keys.lanes,
-                     keys.throughput)  # not part of the seen set
+            r.delete(keys.queue, keys.lane_fifo(""), keys.seq, keys.stats, keys.rids, keys.todo,
+                     keys.lanes, keys.throughput)  # not part of the seen set
 
         t0 = time.perf_counter()
         out["leased_seen"] = series(leased_seen)
@@ -140,20 +132,23 @@ def measure(n: int, log=print) -> dict:
         t0 = time.perf_counter()
         out["leased_queue"] = series(
             lambda lo, hi: fill_leased_queue(srv.url, keys, spider, lo, hi))
-        member = r.zrange(keys.lane_queue(LANE), 0, 0)[0]
+        member = r.lindex(keys.lane_fifo(LANE), 0)
         out["leased_member_bytes"] = len(member)
         out["leased_member_example"] = member.decode()
-        out["leased_queue_encoding"] = r.object("encoding", keys.lane_queue(LANE)).decode()
+        out["leased_queue_encoding"] = r.object("encoding", keys.lane_fifo(LANE)).decode()
         log(f"  scrapy_leased queue: {time.perf_counter() - t0:.0f} s")
         t0 = time.perf_counter()
         out["sr_queue"] = series(lambda lo, hi: fill_sr_queue(r, spider, lo, hi))
         out["sr_member_bytes"] = len(r.zrange(SR_QUEUE_KEY, 0, 0)[0])
         log(f"  scrapy-redis queue: {time.perf_counter() - t0:.0f} s")
         t0 = time.perf_counter()
-        out["list_experiment"] = series(lambda lo, hi: fill_list_experiment(r, spider, lo, hi))
-        out["list_experiment_encoding"] = r.object(
-            "encoding", f"experiment:queue:{LANE}:0").decode()
-        log(f"  LIST layout experiment: {time.perf_counter() - t0:.0f} s")
+        out["leased_queue_prio"] = series(
+            lambda lo, hi: fill_leased_queue(srv.url, keys, spider, lo, hi, priority=1))
+        member = r.zrange(keys.lane_queue(LANE), 0, 0)[0]
+        out["leased_prio_member_bytes"] = len(member)
+        out["leased_prio_member_example"] = member.decode()
+        out["leased_prio_encoding"] = r.object("encoding", keys.lane_queue(LANE)).decode()
+        log(f"  scrapy_leased queue, priority 1: {time.perf_counter() - t0:.0f} s")
         out["redis_version"] = r.info("server")["redis_version"]
         r.flushall()
     finally:

@@ -295,16 +295,17 @@ def section_memory(n: int, raw: dict) -> dict:
     enc = ", ".join(f"{k} x{v}" for k, v in res["leased_seen_encodings"].items())
     emit(f"scrapy_leased seen set: 2^14 SETs of 64-bit integers ({enc}, largest "
          f"{res['leased_seen_largest_bucket']} members), filled through `commit.lua`; "
-         f"scrapy-redis: one SET of 40-hex SHA-1 strings. Queue: scrapy_leased's lane ZSET "
-         f"(`{res['leased_queue_encoding']}`), member {res['leased_member_bytes']} bytes, e.g. "
+         f"scrapy-redis: one SET of 40-hex SHA-1 strings. Queue: scrapy_leased's lane LIST "
+         f"for priority 0 (`{res['leased_queue_encoding']}`), member "
+         f"{res['leased_member_bytes']} bytes, e.g. "
          f"`{res['leased_member_example']}`; scrapy-redis's PriorityQueue ZSET, member "
          f"{res['sr_member_bytes']} bytes (pickle of `Request.to_dict`). The queue is measured "
          f"without any seen entry. See `benchmarks/bench_memory.py`.")
     emit()
-    emit("Layout experiment (not scrapy_leased's current layout; evidence for the proposal "
-         "below): the same envelopes without the 12-hex sequence prefix, in one LIST "
-         f"(`{res['list_experiment_encoding']}`): "
-         + ", ".join(f"{res['list_experiment'][cp]:.1f} B at {cp:,}"
+    emit("The same requests with `priority=1` (any priority other than 0 is kept in the "
+         f"lane's ZSET, `{res['leased_prio_encoding']}`, member "
+         f"{res['leased_prio_member_bytes']} bytes, e.g. `{res['leased_prio_member_example']}`): "
+         + ", ".join(f"{res['leased_queue_prio'][cp]:.1f} B at {cp:,}"
                      for cp in res["checkpoints"]) + " per queued request.")
     emit()
     last = res["checkpoints"][-1]

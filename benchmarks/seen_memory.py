@@ -147,7 +147,8 @@ def main() -> int:
                    else fill_leased_pipeline(r, keys, chunk))
             assert new == len(chunk), f"{len(chunk) - new} fingerprints collided"
             done = cp
-            r.delete(keys.queue, keys.seq, keys.stats)  # not part of the seen set
+            # not part of the seen set
+            r.delete(keys.queue, keys.lane_fifo(""), keys.seq, keys.stats)
             leased[cp] = (used_memory(r) - base) / cp
         leased_s = time.perf_counter() - t0
         enc, largest, usage = bucket_report(r, keys, bits)

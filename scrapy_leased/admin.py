@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .frontier import Envelope, Frontier, NewRequest
+from .frontier import Envelope, ExtraKeys, Frontier, NewRequest
 from .keys import KEY_PREFIX, CrawlKeys
 from .scripts import register
 
@@ -315,11 +315,12 @@ class FleetAdmin:
         names = [_s(name) for name, _ in top]
         async with self.client.pipeline(transaction=False) as p:
             for lane in names:
-                p.zcard(k.lane_queue(lane)).hmget(k.rate(lane), "tat", "blk", "pf", "pt", "cd")
+                p.zcard(k.lane_queue(lane)).llen(k.lane_fifo(lane))
+                p.hmget(k.rate(lane), "tat", "blk", "pf", "pt", "cd")
             res = await p.execute()
         out = []
         for i, (lane, (_, ready)) in enumerate(zip(names, top)):
-            queued, (tat, blk, pf, pt, cd) = res[2 * i], res[2 * i + 1]
+            queued, (tat, blk, pf, pt, cd) = res[3 * i] + res[3 * i + 1], res[3 * i + 2]
             tat, blk, pf, pt, cd = (float(x or 0) for x in (tat, blk, pf or 1, pt, cd))
             factor = max(1.0, pf * 0.5 ** ((now_ms - pt) / self.frontier.half_life_ms)) \
                 if pf > 1 else 1.0
@@ -430,14 +431,10 @@ class FleetAdmin:
         counts[3] += len(letters) - len(todo)
         for i in range(0, len(todo), BATCH):
             keys = [k.seq, k.lanes, k.todo, k.stats, k.dead, k.done]
-            index: dict[str, int] = {}
+            extra = ExtraKeys(keys)
             args: list[Any] = []
             for letter in todo[i:i + BATCH]:
-                queue = k.lane_queue(letter.lane)
-                if queue not in index:
-                    keys.append(queue)
-                    index[queue] = len(keys)
-                args += [letter.rid, index[queue], letter.lane]
+                args += [letter.rid, extra.queue(k, letter.lane), letter.lane]
             out = await self._s["requeue_dead"](keys=keys, args=args)
             for j in range(4):
                 counts[j] += int(out[j])

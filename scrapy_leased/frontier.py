@@ -84,7 +84,7 @@ class CommitResult:
     fails: list[int]  # 0: lease no longer held, 1: requeued, 2: dead-lettered
 
 
-class _ExtraKeys:
+class ExtraKeys:
     """KEYS beyond a script's fixed ones, each named once, referred to by index."""
 
     def __init__(self, keys: list[str]) -> None:
@@ -96,6 +96,15 @@ class _ExtraKeys:
         if idx is None:
             self.keys.append(key)
             idx = self._index[key] = len(self.keys)
+        return idx
+
+    def queue(self, keys: CrawlKeys, lane: str) -> int:
+        """The index of a lane's queue ZSET, its LIST right after it (lua/lib_settle.lua)."""
+        zset = keys.lane_queue(lane)
+        idx = self._index.get(zset)
+        if idx is None:
+            idx = self(zset)
+            self.keys.append(keys.lane_fifo(lane))
         return idx
 
 
@@ -134,16 +143,16 @@ class Frontier:
         k = self.keys
         keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
                 k.throughput]
-        extra = _ExtraKeys(keys)
+        extra = ExtraKeys(keys)
         args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts]
         for r in enqueue:
             bucket = 0 if r.bucket is None else extra(k.seen_bucket(r.bucket))
-            args += [bucket, r.member, r.priority, extra(k.lane_queue(r.lane)), r.lane, r.payload]
+            args += [bucket, r.member, r.priority, extra.queue(k, r.lane), r.lane, r.payload]
         for token, rid in acks:
             args += [token, rid]
         for f in fails:
             args += [f.token, f.reason[:REASON_CHARS], int(f.permanent),
-                     extra(k.lane_queue(f.lane)), f.lane]
+                     extra.queue(k, f.lane), f.lane]
         out = await self._s["commit"](keys=keys, args=args)
         n, m = len(enqueue), len(acks)
         return CommitResult([bool(x) for x in out[:n]], list(out[n:n + m]), list(out[n + m:]))
@@ -167,7 +176,7 @@ class Frontier:
         args: list[Any] = [count, self.lease_ms, worker_id, len(lanes), self.half_life_ms,
                            self.ready_lanes]
         for lane, budget in lanes:
-            keys += [k.lane_queue(lane), k.rate(lane)]
+            keys += [k.lane_queue(lane), k.lane_fifo(lane), k.rate(lane)]
             args += [lane, budget.interval_ms, budget.burst]
         out = await self._s["claim"](keys=keys, args=args)
         n = int(out[4])
@@ -186,7 +195,7 @@ class Frontier:
         if len(out) == 2:
             return 0, 0, left
         keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.dead]
-        extra = _ExtraKeys(keys)
+        extra = ExtraKeys(keys)
         args: list[Any] = [self.max_attempts]
         for i in range(2, len(out), 2):
             raw = out[i + 1]
@@ -194,7 +203,7 @@ class Frontier:
                 lane = Envelope.parse(raw).lane if raw else ""
             except ValueError:
                 lane = ""  # malformed: recover.lua dead-letters it whatever the queue
-            args += [out[i], extra(k.lane_queue(lane))]
+            args += [out[i], extra.queue(k, lane)]
         requeued, dead = await self._s["recover"](keys=keys, args=args)
         return int(requeued), int(dead), left
 
@@ -211,11 +220,11 @@ class Frontier:
         default lane."""
         k = self.keys
         keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.workers, k.worker_info]
-        extra = _ExtraKeys(keys)
+        extra = ExtraKeys(keys)
         args: list[Any] = [worker_id]
         for item in claims:
             token, lane = _lane_and_token(item)
-            args += [token, extra(k.lane_queue(lane))]
+            args += [token, extra.queue(k, lane)]
         return int(await self._s["release"](keys=keys, args=args))
 
     async def acquire(self, lane: str, budget: Budget) -> int:

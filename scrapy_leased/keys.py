@@ -27,13 +27,19 @@ class CrawlKeys:
 
     @property
     def queue(self) -> str:
-        """ZSET: the default lane's queue (see ``lane_queue``)."""
+        """ZSET: the default lane's queue of priorities other than 0 (see ``lane_queue``)."""
         return self._key("queue")
 
     def lane_queue(self, lane: str) -> str:
-        """ZSET: queued envelopes of one lane, score -priority, member
-        ``<12 hex seq><envelope>``. The default lane ``""`` is ``queue``."""
+        """ZSET: queued envelopes of one lane with a priority other than 0, score
+        -priority, member ``<12 hex seq><envelope>``. The default lane ``""`` is
+        ``queue``. Always used with ``lane_fifo`` (lua/lib_settle.lua)."""
         return self._key(f"queue:{lane}") if lane else self._key("queue")
+
+    def lane_fifo(self, lane: str) -> str:
+        """LIST: queued envelopes of one lane with priority 0 (Scrapy's default), in
+        order. The default lane ``""`` is ``fifo``."""
+        return self._key(f"fifo:{lane}") if lane else self._key("fifo")
 
     def rate(self, lane: str) -> str:
         """HASH: a lane's shared rate-budget state (lua/lib_rate.lua)."""

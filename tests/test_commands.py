@@ -23,6 +23,7 @@ import redis
 from scrapy_leased.admin import Snapshot, WorkerState, diagnose
 from scrapy_leased.keys import CrawlKeys
 from tests.support.redis_server import free_port
+from tests.support.queue import queue_len
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "tests" / "project"
@@ -71,7 +72,7 @@ def truth(r: redis.Redis, crawl_id: str) -> dict[str, Any]:
     now_ms = now_s * 1000 + now_us // 1000
     workers = {_s(m): int(s) for m, s in r.zrange(k.workers, 0, -1, withscores=True)}
     return {
-        "todo": sum(r.zcard(k.lane_queue(lane)) for lane in lanes),
+        "todo": sum(queue_len(r, k, _s(lane)) for lane in lanes),
         "processing": r.zcard(k.leases),
         "done": r.bitcount(k.done),
         "dead": r.hlen(k.dead),

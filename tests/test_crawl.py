@@ -26,6 +26,7 @@ from scrapy_leased.connection import make_client
 from scrapy_leased.frontier import NO_BUDGET, Envelope, Frontier, NewRequest
 from scrapy_leased.keys import CrawlKeys
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.queue import queue_len, queued
 
 LANE = "127.0.0.1"  # the lane (host) of every request to the test site
 
@@ -48,7 +49,7 @@ def crawl_state(r: redis.Redis, crawl_id: str) -> dict[str, Any]:
     dead = {_s(a): json.loads(b) for a, b in r.hgetall(k.dead).items()}
     return {
         "stats": stats,
-        "queue": sum(r.zcard(k.lane_queue(_s(lane))) for lane in r.zrange(k.lanes, 0, -1)),
+        "queue": sum(queue_len(r, k, _s(lane)) for lane in r.zrange(k.lanes, 0, -1)),
         "leases": r.zcard(k.leases),
         "inflight": r.hlen(k.inflight),
         "dead": dead,
@@ -381,7 +382,7 @@ def test_sigterm_finishes_in_flight_and_releases_unstarted_claims(redis_server, 
     print(f"graceful stop took {time.monotonic() - t0:.2f}s")
 
     # right after exit: nothing leased, in flight, or registered
-    queue = [_s(m) for m in r.zrange(k.lane_queue(LANE), 0, -1)]
+    queue = queued(r, k, LANE)
     st = crawl_state(r, crawl_id)
     assert st["leases"] == 0 and st["inflight"] == 0, st
     assert st["workers"] == set(), st
@@ -399,7 +400,7 @@ def test_sigterm_finishes_in_flight_and_releases_unstarted_claims(redis_server, 
     # released claims are back at the FRONT of the queue (whatever the member prefix),
     # in claim order, no attempt charged. Claims pop the oldest requests first, so the
     # released ones are the oldest requests still queued.
-    envs = [Envelope.parse(m[12:]) for m in queue]
+    envs = [Envelope.parse(m) for m in queue]
     front, rest = envs[:released], envs[released:]
     assert all(e.attempts == 0 and e.expiries == 0 for e in envs), queue[:30]
     assert max(e.rid for e in front) < min((e.rid for e in rest), default=1 << 62), queue[:30]
@@ -422,8 +423,10 @@ def test_garbage_in_the_queue_is_dead_lettered_with_a_reason(redis_server, make_
     site = make_site(pages=pages)
     r = redis_server.client()
     k = CrawlKeys(crawl_id)
-    # not an envelope at all, and a well-formed envelope whose payload is not JSON
-    r.zadd(k.lane_queue(LANE), {"garbage": 0, "000000000001" + f"999|0|0|0|{LANE}|{{not json": 0})
+    # not an envelope at all, and well-formed envelopes whose payload is not JSON (one of
+    # priority 0 in the lane's LIST, one of priority 1 in its ZSET)
+    r.rpush(k.lane_fifo(LANE), "garbage", f"999|0|0|0|{LANE}|{{not json")
+    r.zadd(k.lane_queue(LANE), {"000000000001" + f"998|0|0|1|{LANE}|{{not json": -1})
     r.zadd(k.lanes, {LANE: 0})
     w = start_worker(redis_server.url, crawl_id, site.url + "/p/0", settings=FAST)
     assert_exit(w, "finished")
@@ -431,7 +434,7 @@ def test_garbage_in_the_queue_is_dead_lettered_with_a_reason(redis_server, make_
     assert_each_once(site.count_by_path(), page_paths(pages))
     st = crawl_state(r, crawl_id)
     dead = st["dead"]
-    assert len(dead) == 2, dead
+    assert len(dead) == 3, dead
     malformed = [v for key, v in dead.items() if key.startswith("malformed:")]
     assert len(malformed) == 1, dead
     assert "not an envelope" in malformed[0]["reason"], dead
@@ -439,11 +442,12 @@ def test_garbage_in_the_queue_is_dead_lettered_with_a_reason(redis_server, make_
     assert "999" in dead, dead
     assert "undecodable" in dead["999"]["reason"] and "JSON" in dead["999"]["reason"], dead
     assert dead["999"]["envelope"].endswith("{not json"), dead
-    assert st["stats"]["dead"] == 2, st
+    assert "undecodable" in dead["998"]["reason"], dead
+    assert st["stats"]["dead"] == 3, st
     assert st["stats"]["done"] == st["done_bits"] == pages, st
     assert not r.getbit(k.done, 999)
     assert st["queue"] == st["leases"] == st["inflight"] == 0, st
-    assert w.stats().get("leased/undecodable") == 1
+    assert w.stats().get("leased/undecodable") == 2
     assert "Dead-lettering stored request 999" in w.log_text()
 
 

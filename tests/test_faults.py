@@ -29,6 +29,7 @@ from scrapy_leased.fingerprints import split_fingerprint
 from scrapy_leased.frontier import Envelope
 from scrapy_leased.keys import CrawlKeys
 from tests.support.site import page_links
+from tests.support.queue import in_claim_order, queue_len, queued_envelopes
 
 LANE = "127.0.0.1"  # the lane (host) of every request to the test site
 
@@ -84,7 +85,7 @@ class CrawlState:
         return {int(t): Envelope.parse(v) for t, v in self.r.hgetall(self.k.inflight).items()}
 
     def queued(self) -> list[Envelope]:
-        return [Envelope.parse(m[12:]) for m in self.r.zrange(self.k.lane_queue(LANE), 0, -1)]
+        return queued_envelopes(self.r, self.k, LANE)
 
     def dead(self) -> dict[int, dict]:
         return {int(rid): json.loads(v) for rid, v in self.r.hgetall(self.k.dead).items()}
@@ -105,7 +106,7 @@ class CrawlState:
                 {int(t): Envelope.parse(v) for t, v in inflight.items()})
 
     def assert_drained(self) -> None:
-        assert self.r.zcard(self.k.lane_queue(LANE)) == 0
+        assert queue_len(self.r, self.k, LANE) == 0
         assert self.r.zcard(self.k.leases) == 0
         assert self.r.hlen(self.k.inflight) == 0
 
@@ -183,12 +184,14 @@ def test_kill9_worker_leases_recovered_and_every_page_done_once(
 
     def back() -> bool:
         p = st.r.pipeline(transaction=True)
-        p.zrange(st.k.leases, 0, -1).hvals(st.k.inflight).zrange(st.k.lane_queue(LANE), 0, -1)
+        p.zrange(st.k.leases, 0, -1).hvals(st.k.inflight)
+        p.zrange(st.k.lane_queue(LANE), 0, -1, withscores=True).lrange(st.k.lane_fifo(LANE), 0, -1)
         p.hget(st.k.stats, "recovered")
-        leased, infl, queue, recovered = p.execute()
+        leased, infl, zset, fifo, recovered = p.execute()
+        queue = in_claim_order(zset, fifo)
         if set(map(int, leased)) & set(held):
             return False
-        again = {Envelope.parse(v).rid for v in infl} | {Envelope.parse(m[12:]).rid for m in queue}
+        again = {Envelope.parse(v).rid for v in infl} | {Envelope.parse(m).rid for m in queue}
         return int(recovered or 0) == conc and all(
             rid in again or st.is_done(rid) for rid in held_rids)
 
@@ -389,8 +392,8 @@ class ChildrenMonitor(threading.Thread):
         self.snapshots = 0
         self.stop_event = threading.Event()
 
-    def _learn(self, env_raw: bytes) -> None:
-        env = Envelope.parse(env_raw.decode())
+    def _learn(self, env_raw: bytes | str) -> None:
+        env = Envelope.parse(env_raw.decode() if isinstance(env_raw, bytes) else env_raw)
         if env.rid not in self.page_of_rid:
             self.page_of_rid[env.rid] = int(path_of(url_of(env)).rsplit("/", 1)[1])
 
@@ -401,13 +404,14 @@ class ChildrenMonitor(threading.Thread):
 
     def check(self) -> None:
         p = self.r.pipeline(transaction=True)
-        p.get(self.k.done).zrange(self.k.lane_queue(LANE), 0, -1).hvals(self.k.inflight)
+        p.get(self.k.done).zrange(self.k.lane_queue(LANE), 0, -1, withscores=True)
+        p.lrange(self.k.lane_fifo(LANE), 0, -1).hvals(self.k.inflight)
         for key, member in self.seen_keys:
             p.sismember(key, member)
-        done, queue, inflight, *seen = p.execute()
+        done, zset, fifo, inflight, *seen = p.execute()
         self.snapshots += 1
-        for m in queue:
-            self._learn(m[12:])
+        for m in in_claim_order(zset, fifo):
+            self._learn(m)
         for v in inflight:
             self._learn(v)
         done = done or b""
@@ -454,7 +458,7 @@ def test_ack_never_precedes_children_under_random_kills(
         for threshold in sorted(rng.sample(range(20, n_pages - 80), kills)):
             wait_for(lambda: st.stat("done") >= threshold, 60, f"{threshold} pages done")
             time.sleep(rng.uniform(0, 0.3))
-            busy = wait_for(lambda: st.r.zcard(st.k.lane_queue(LANE)) >= 10 and [
+            busy = wait_for(lambda: queue_len(st.r, st.k, LANE) >= 10 and [
                 w for w in live if w.running and w.pid in registered() and w.items()],
                 30, "a busy worker")
             victim = rng.choice(busy)

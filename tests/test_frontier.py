@@ -31,10 +31,11 @@ import redis
 from scrapy_leased.config import SEEN_BUCKET_BITS
 from scrapy_leased.connection import make_client
 from scrapy_leased.fingerprints import split_fingerprint
-from scrapy_leased.frontier import Envelope, Failure, Frontier, NewRequest
+from scrapy_leased.frontier import NO_BUDGET, Envelope, Failure, Frontier, NewRequest
 from scrapy_leased.keys import CrawlKeys
 from scrapy_leased.scripts import script_source
 from tests.support.redis_server import RedisServer
+from tests.support.queue import queue_len, queued, queued_envelopes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -82,8 +83,8 @@ def wait_redis_past(r: redis.Redis, deadline_ms: int, timeout: float = 30) -> No
 
 
 def queue_envelopes(r: redis.Redis, keys: CrawlKeys) -> list[Envelope]:
-    """The queue in claim order (members are '<12 hex seq><envelope>')."""
-    return [Envelope.parse(m[12:]) for m in r.zrange(keys.queue, 0, -1)]
+    """The default lane's queue in claim order."""
+    return queued_envelopes(r, keys)
 
 
 def stats(r: redis.Redis, keys: CrawlKeys) -> dict[str, int]:
@@ -98,6 +99,7 @@ def snapshot(r: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
     """Everything a fail/ack could change, for 'nothing changed' checks."""
     return {
         "queue": r.zrange(keys.queue, 0, -1, withscores=True),
+        "fifo": r.lrange(keys.lane_fifo(""), 0, -1),
         "leases": r.zrange(keys.leases, 0, -1, withscores=True),
         "inflight": r.hgetall(keys.inflight),
         "dead": r.hgetall(keys.dead),
@@ -263,7 +265,7 @@ def test_8_concurrent_claimers_claim_each_request_exactly_once(redis_server, cra
     assert sum(1 for got in per_proc if got) >= 2, [len(g) for g in per_proc]
 
     r = redis_server.client(decode_responses=True)
-    assert r.zcard(keys.queue) == 0
+    assert queue_len(r, keys) == 0
     assert r.zcard(keys.leases) == n
     inflight = r.hgetall(keys.inflight)
     assert len(inflight) == n
@@ -317,7 +319,7 @@ def test_2_racing_recoverers_requeue_each_expired_lease_exactly_once(redis_serve
 
     queue = queue_envelopes(r, keys)
     assert len(queue) == 1000
-    assert len(set(r.zrange(keys.queue, 0, -1))) == 1000
+    assert len(set(queued(r, keys))) == 1000
     assert sorted(e.rid for e in queue) == sorted(original)
     assert all(e.attempts == 1 for e in queue), Counter(e.attempts for e in queue)
     assert all(e.expiries == 1 for e in queue), Counter(e.expiries for e in queue)
@@ -422,14 +424,14 @@ def test_clock_skewed_clients_neither_reap_live_leases_nor_misplace_renewals(red
                 assert scores[t] == scores0[t]
         hb = int(r.zscore(keys.workers, worker))
         assert out["before"] <= hb <= out["after"]  # the renew's heartbeat, in Redis time
-        assert r.zcard(keys.queue) == 0
+        assert queue_len(r, keys) == 0
         assert r.hlen(keys.inflight) == 20
 
     async def recover_now(f, r):
         return await f.recover()
 
     assert run(redis_server, crawl_id, recover_now) == (0, 0, 0)
-    assert r.zcard(keys.queue) == 0 and r.zcard(keys.leases) == 20
+    assert queue_len(r, keys) == 0 and r.zcard(keys.leases) == 20
     assert stats(r, keys) == {"enqueued": 20, "claimed": 20}
 
 
@@ -561,7 +563,7 @@ def test_ack_once_twice_and_stale(redis_server, crawl_id):
     assert st["acked"] == 3  # A, C and D's second lease were held when acked
     assert st["skipped_done"] == 1
     assert r.bitcount(keys.done) == 4
-    assert r.zcard(keys.queue) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+    assert queue_len(r, keys) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
 
 
 # -------------------------------------------------------------------------- fail
@@ -615,7 +617,7 @@ def test_fail_requeues_at_back_then_dead_letters(redis_server, crawl_id):
     assert stats(r, keys) == {"enqueued": 4, "claimed": 6, "acked": 2, "done": 2,
                               "failed": 4, "dead": 2}
     assert r.hlen(keys.dead) == 2
-    assert r.zcard(keys.queue) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+    assert queue_len(r, keys) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
 
 
 def test_commit_batch_fails_and_acks_together(redis_server, crawl_id):
@@ -673,7 +675,7 @@ def test_recover_counts_attempts_and_dead_letters_after_max_expiries(redis_serve
     assert (letter["reason"], letter["attempts"], letter["envelope"]) == (
         "lease expired: its worker died or stalled", 3, f"{rid}|0|0|3||X")
     assert stats(r, keys) == {"enqueued": 1, "claimed": 3, "recovered": 2, "dead": 1}
-    assert r.zcard(keys.queue) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+    assert queue_len(r, keys) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
 
 
 def test_recover_batch_limit_and_expired_left(redis_server, crawl_id):
@@ -786,6 +788,62 @@ def test_release_keeps_the_claim_order_of_released_requests(redis_server, crawl_
     assert run(redis_server, crawl_id, body) == [9, 10]
 
 
+def test_release_in_any_token_order_puts_each_priority_back_in_rid_order(redis_server, crawl_id):
+    async def body(f, r):
+        await f.enqueue([NewRequest(p, pr) for pr, p in [(0, "a1"), (2, "h1"), (0, "a2"),
+                                                         (2, "h2"), (0, "a3"), (-1, "z1")]])
+        claimed = (await f.claim(6, "w")).claims
+        assert [e.payload for _, e in claimed] == ["h1", "h2", "a1", "a2", "a3", "z1"]
+        await f.enqueue([NewRequest("a4"), NewRequest("h3", 2)])  # queued while held
+        by_payload = {e.payload: t for t, e in claimed}
+        back = [by_payload[p] for p in ("a3", "z1", "h2", "a1", "h1", "a2")]
+        assert await f.release("w", back) == 6
+        return [e.payload for _, e in (await f.claim(10, "w")).claims]
+
+    assert run(redis_server, crawl_id, body) == ["h1", "h2", "h3", "a1", "a2", "a3", "a4", "z1"]
+
+
+def test_plain_requests_queue_in_the_lanes_list_and_others_in_its_zset(redis_server, crawl_id):
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        await f.enqueue([NewRequest(f"p{i}", lane="h") for i in range(3)]
+                        + [NewRequest("up", 1, lane="h"), NewRequest("down", -1, lane="h")])
+        assert r.lrange(keys.lane_fifo("h"), 0, -1) == [f"{i + 1}|0|0|0|h|p{i}" for i in range(3)]
+        assert [m[12:] for m in r.zrange(keys.lane_queue("h"), 0, -1)] == ["4|0|0|1|h|up",
+                                                                           "5|0|0|-1|h|down"]
+        assert int(r.get(keys.todo)) == 5
+        got = (await f.claim(10, "w", [("h", NO_BUDGET)])).claims
+        assert r.exists(keys.lane_fifo("h"), keys.lane_queue("h"), keys.lanes) == 0
+        return [e.payload for _, e in got]
+
+    assert run(redis_server, crawl_id, body) == ["up", "p0", "p1", "p2", "down"]
+
+
+def test_priority_0_members_left_in_the_zset_are_still_served(redis_server, crawl_id):
+    """A queue written before priority 0 moved to a LIST (every priority in the ZSET) is
+    served whole: the old members after the LIST, in their order, nothing lost."""
+    keys = CrawlKeys(crawl_id)
+    r = redis_server.client(decode_responses=True)
+    r.zadd(keys.queue, {"%012x" % 1 + "1|0|0|0||old1": 0, "%012x" % 2 + "2|0|0|0||old2": 0,
+                        "%012x" % 3 + "3|0|0|4||old-high": -4})
+    r.zadd(keys.lanes, {"": 0})
+    r.set(keys.todo, 3)
+    r.set(keys.rids, 3)
+    r.set(keys.seq, 3)
+
+    async def body(f, r):
+        await f.enqueue([NewRequest("new")])
+        got = []
+        while res := (await f.claim(1, "w")).claims:
+            got += [e.payload for _, e in res]
+        return got
+
+    assert run(redis_server, crawl_id, body) == ["old-high", "new", "old1", "old2"]
+    assert stats(r, keys) == {"enqueued": 1, "claimed": 4}
+    assert int(r.get(keys.todo)) == 0
+
+
 # ----------------------------------------------------------------- garbage in queue
 
 
@@ -827,7 +885,7 @@ def test_claim_never_loses_requests_when_rids_pass_2_to_the_32(redis_server, cra
 
     # beyond the bitmap's range a held ack still counts done once
     assert run(redis_server, crawl_id, body) == [3, 3, 3]
-    assert r.zcard(keys.queue) + r.zcard(keys.leases) == 0
+    assert queue_len(r, keys) + r.zcard(keys.leases) == 0
     assert int(r.hget(keys.stats, "done")) == 3
 
 
@@ -888,8 +946,9 @@ def test_no_operation_scans_the_processing_set():
             r.config_resetstat()
             assert await f.release("w", tokens[:3]) == 3
             st = commandstats(r)
-            assert st == {"evalsha": 1, "zrem": 4, "hget": 3, "hdel": 4, "zadd": 6, "incr": 3,
-                          "hincrby": 1}, st
+            # priority 0: back to the head of the lane's LIST (+ the lanes ZSET, NX)
+            assert st == {"evalsha": 1, "zrem": 4, "hget": 3, "hdel": 4, "lpush": 3, "zadd": 3,
+                          "incr": 3, "hincrby": 1}, st
 
         r = srv.client(decode_responses=True)
 

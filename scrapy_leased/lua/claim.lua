@@ -17,7 +17,8 @@
 -- KEYS[9] workers   ZSET  worker id -> last heartbeat (ms)
 -- KEYS[10] todo     STRING  number of queued requests (never below 0, even when
 --                  members were added to a queue by hand)
--- KEYS[9 + 2i], KEYS[10 + 2i]: the queue ZSET and rate HASH of candidate lane i
+-- KEYS[8 + 3i], KEYS[9 + 3i], KEYS[10 + 3i]: the queue ZSET, queue LIST and rate HASH of
+--                  candidate lane i (lib_settle.lua: a lane's queue)
 -- ARGV[1] max number of requests to claim (may be 0: only report)
 -- ARGV[2] lease length in ms  ARGV[3] worker id  ARGV[4] number of candidate lanes
 -- ARGV[5] slowdown half-life ms  ARGV[6] how many ready lanes to report
@@ -41,16 +42,35 @@ for i = 1, tonumber(ARGV[4]) do
   local lane, a = ARGV[4 + 3 * i], 4 + 3 * i
   local score = redis.call('ZSCORE', KEYS[1], lane)
   if score and tonumber(score) <= now then
-    local avail, interval, ready = rate_claimable(KEYS[10 + 2 * i], tonumber(ARGV[a + 1]),
+    local rate = KEYS[10 + 3 * i]
+    local avail, interval, ready = rate_claimable(rate, tonumber(ARGV[a + 1]),
       tonumber(ARGV[a + 2]), now, half_life)
     if avail > 0 then
-      active[#active + 1] = {lane = lane, queue = KEYS[9 + 2 * i], rate = KEYS[10 + 2 * i],
+      active[#active + 1] = {lane = lane, queue = lane_queue(8 + 3 * i), rate = rate,
         avail = avail, interval = interval, burst = tonumber(ARGV[a + 2]), took = 0}
     else
       redis.call('ZADD', KEYS[1], 'XX', ready, lane)
     end
   end
 end
+-- Take the head of a lane's queue: priorities above 0 (ZSET, negative scores), then
+-- priority 0 (LIST), then the rest of the ZSET. Returns the envelope, the member as
+-- stored (what a dead letter keeps when it is not an envelope) and a function that puts
+-- it back where it was; nil when the queue is empty.
+local function queue_pop(q)
+  local head = redis.call('ZRANGE', q.z, 0, 0, 'WITHSCORES')
+  if not head[1] or tonumber(head[2]) >= 0 then
+    local env = redis.call('LPOP', q.l)
+    if env then
+      return env, env, function() redis.call('LPUSH', q.l, env) end
+    end
+  end
+  if not head[1] then return nil end
+  redis.call('ZREM', q.z, head[1])
+  return string.sub(head[1], 13), head[1],
+    function() redis.call('ZADD', q.z, head[2], head[1]) end
+end
+
 local all_active = {unpack(active)}
 local claims = {}
 local got, stop = 0, false
@@ -58,18 +78,16 @@ while got < want and #active > 0 and not stop do
   local still = {}
   for _, l in ipairs(active) do
     if got >= want or stop then break end
-    local popped = redis.call('ZPOPMIN', l.queue, 1)
-    if #popped > 0 then
+    local env, member, put_back = queue_pop(l.queue)
+    if env then
       if tonumber(redis.call('GET', KEYS[10]) or 0) > 0 then redis.call('DECR', KEYS[10]) end
-      local env = string.sub(popped[1], 13)
       local rid, _, expiries = parse_envelope(env)
       if not rid then
-        settle_failure(keys, l.queue, popped[1], 'queue member is not an envelope', 1, true,
-          now, 0)
+        settle_failure(keys, l.queue, member, 'queue member is not an envelope', 1, true, now, 0)
       elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
         redis.call('HINCRBY', KEYS[6], 'skipped_done', 1)
       elseif expiries ~= '0' and got > 0 then
-        redis.call('ZADD', l.queue, popped[2], popped[1])  -- a suspect goes alone: next call
+        put_back()  -- a suspect goes alone: next call
         redis.call('INCR', KEYS[10])
         stop = true
       else
@@ -84,7 +102,7 @@ while got < want and #active > 0 and not stop do
         if expiries ~= '0' then stop = true end
       end
     end
-    if redis.call('EXISTS', l.queue) == 0 then
+    if redis.call('EXISTS', l.queue.z, l.queue.l) == 0 then
       redis.call('ZREM', KEYS[1], l.lane)
     else
       redis.call('ZADD', KEYS[1], 'XX', now, l.lane)

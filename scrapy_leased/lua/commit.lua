@@ -5,10 +5,11 @@
 -- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
 -- KEYS[6] inflight  KEYS[7] done  KEYS[8] dead  KEYS[9] rids (request id counter)
 -- KEYS[10] throughput (HASH 10-second bucket -> requests newly done)
--- KEYS[11..] seen buckets (SETs of 64-bit integers) and lane queues, by index below
+-- KEYS[11..] seen buckets (SETs of 64-bit integers) and lane queues (a ZSET, then its
+--           LIST: lib_settle.lua), by index below
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
 -- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority,
---                   queue index into KEYS, lane, payload}
+--                   index into KEYS of the lane's queue ZSET, lane, payload}
 -- then n_ack     x {token, rid}
 -- then n_fail    x {token, reason, permanent (0/1), queue index into KEYS, lane}
 -- Returns {enqueue results (1 queued, 0 duplicate)...,
@@ -37,7 +38,7 @@ for _ = 1, n_enq do
   local bucket = tonumber(ARGV[a])
   if bucket == 0 or redis.call('SADD', KEYS[bucket], ARGV[a + 1]) == 1 then
     local rid = redis.call('INCR', KEYS[9])
-    queue_push(keys, KEYS[tonumber(ARGV[a + 3])], ARGV[a + 4],
+    queue_push(keys, lane_queue(tonumber(ARGV[a + 3])), ARGV[a + 4],
       rid .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 4] .. '|' .. ARGV[a + 5], ARGV[a + 2], false)
     out[#out + 1] = 1
     queued = queued + 1
@@ -78,7 +79,7 @@ if n_fail > 0 then
       local env = redis.call('HGET', KEYS[6], token)
       redis.call('HDEL', KEYS[6], token)
       redis.call('HINCRBY', KEYS[4], 'failed', 1)
-      out[#out + 1] = 1 + settle_failure(keys, KEYS[tonumber(ARGV[a + 3])], env, ARGV[a + 1],
+      out[#out + 1] = 1 + settle_failure(keys, lane_queue(tonumber(ARGV[a + 3])), env, ARGV[a + 1],
         max_attempts, ARGV[a + 2] == '1', now, 0)
     else
       out[#out + 1] = 0

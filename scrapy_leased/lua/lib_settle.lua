@@ -1,9 +1,20 @@
 -- Shared helpers, prepended by Python to the scripts that queue or settle requests
 -- (commit.lua, claim.lua, recover.lua, release.lua). Not a script on its own.
 --
--- Requests are queued per lane (the key of their rate budget, by default their host):
--- one queue ZSET per lane, the `lanes` ZSET (lane -> time from which it may be
--- served, ms) holding every lane that has queued requests, and the `todo` counter.
+-- Requests are queued per lane (the key of their rate budget, by default their host).
+-- A lane's queue is two keys, always passed together (the LIST right after the ZSET):
+--   LIST  requests of priority 0 (Scrapy's default, and what every link gets unless
+--         DEPTH_PRIORITY or the spider says otherwise), member: the bare envelope, FIFO
+--         (new and requeued requests at the tail, released ones at the head);
+--   ZSET  requests of any other priority, score -priority, member
+--         "<12 hex digits of a fresh sequence number><envelope>": equal scores sort by
+--         member, so one priority is FIFO. A released request is put back in front as
+--         "<space><11 hex digits of its rid><envelope>" (space sorts before every
+--         digit, and released requests keep their enqueue order).
+-- A LIST entry costs about its length; a ZSET member of a large ZSET also pays a
+-- skiplist node and a dict entry, about 110 bytes more (BENCHMARKS.md, section 2).
+-- The `lanes` ZSET (lane -> time from which it may be served, ms) holds every lane that
+-- has queued requests, and `todo` counts them.
 --
 -- An envelope is "<rid>|<attempts>|<expiries>|<priority>|<lane>|<payload>":
 --   rid       request id, fixed at first enqueue (the done bitmap's offset)
@@ -11,13 +22,9 @@
 --   expiries  how many of those were lease expiries (its worker died while holding it:
 --             workers process such a request alone, so a crash is charged to the
 --             request that causes it, not to those that happened to be in flight)
---   priority  Scrapy priority (integer); the queue's score is -priority
+--   priority  Scrapy priority (integer)
 --   lane      the lane whose queue holds it (no '|'; '' is the default lane)
 --   payload   the request as JSON (opaque here)
--- A queue member is "<12 hex digits of a fresh sequence number><envelope>":
--- equal scores sort by member, so one priority is FIFO. A released request is put
--- back in front as "<space><11 hex digits of its rid><envelope>" (space sorts
--- before every digit, and released requests keep their enqueue order).
 
 -- The done bitmap takes offsets below 2^32; rids beyond are never marked done.
 local MAX_BITMAP_RID = 4294967295
@@ -37,15 +44,24 @@ local function parse_envelope(env)
   return string.match(env, '^(%d+)|(%d+)|(%d+)|(%-?%d+)|([^|]*)|(.*)$')
 end
 
--- keys: {seq, lanes, todo}; queue_key: the lane's queue.
-local function queue_push(keys, queue_key, lane, env, priority, front, rid)
-  local prefix
-  if front then
-    prefix = ' ' .. string.format('%011x', rid)
+-- The queue of a lane whose ZSET is KEYS[i] (its LIST is KEYS[i + 1]).
+local function lane_queue(i)
+  return {z = KEYS[i], l = KEYS[i + 1]}
+end
+
+-- keys: {seq, lanes, todo}; q: the lane's queue (lane_queue).
+local function queue_push(keys, q, lane, env, priority, front, rid)
+  if tonumber(priority) == 0 then
+    redis.call(front and 'LPUSH' or 'RPUSH', q.l, env)
   else
-    prefix = string.format('%012x', redis.call('INCR', keys.seq))
+    local prefix
+    if front then
+      prefix = ' ' .. string.format('%011x', rid)
+    else
+      prefix = string.format('%012x', redis.call('INCR', keys.seq))
+    end
+    redis.call('ZADD', q.z, -tonumber(priority), prefix .. env)
   end
-  redis.call('ZADD', queue_key, -tonumber(priority), prefix .. env)
   redis.call('ZADD', keys.lanes, 'NX', 0, lane)
   redis.call('INCR', keys.todo)
 end
@@ -53,9 +69,9 @@ end
 -- Count one failed attempt of an envelope taken out of processing; requeue it at the
 -- back of its priority, or park it in the dead letters once max_attempts is reached
 -- (at once when permanent). expired is 1 when the lease expired, else 0.
--- keys: {seq, lanes, todo, dead, stats}; queue_key: the queue of the envelope's lane.
+-- keys: {seq, lanes, todo, dead, stats}; q: the queue of the envelope's lane.
 -- Returns 1 when parked, 0 when requeued.
-local function settle_failure(keys, queue_key, env, reason, max_attempts, permanent, now_ms,
+local function settle_failure(keys, q, env, reason, max_attempts, permanent, now_ms,
                               expired)
   local rid, attempts, expiries, priority, lane, payload = parse_envelope(env)
   if not rid then
@@ -74,7 +90,7 @@ local function settle_failure(keys, queue_key, env, reason, max_attempts, perman
     redis.call('HINCRBY', keys.stats, 'dead', 1)
     return 1
   end
-  queue_push(keys, queue_key, lane, rid .. '|' .. attempts .. '|' .. expiries .. '|' .. priority
+  queue_push(keys, q, lane, rid .. '|' .. attempts .. '|' .. expiries .. '|' .. priority
     .. '|' .. lane .. '|' .. payload, priority, false)
   return 0
 end

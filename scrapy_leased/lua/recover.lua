@@ -4,8 +4,8 @@
 -- again here, so every worker may run recovery at once and each expired lease is
 -- recovered by exactly one caller.
 -- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
--- KEYS[6] inflight  KEYS[7] dead  KEYS[8..] lane queues
--- ARGV[1] max_attempts, then pairs {token, index into KEYS of its lane's queue}
+-- KEYS[6] inflight  KEYS[7] dead  KEYS[8..] lane queues (a ZSET, then its LIST)
+-- ARGV[1] max_attempts, then pairs {token, index into KEYS of its lane's queue ZSET}
 -- Returns {requeued, dead-lettered}.
 local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3], stats = KEYS[4], dead = KEYS[7]}
 local now = server_ms()
@@ -18,7 +18,7 @@ for i = 2, #ARGV, 2 do
     local env = redis.call('HGET', KEYS[6], token)
     redis.call('HDEL', KEYS[6], token)
     if env then
-      if settle_failure(keys, KEYS[tonumber(ARGV[i + 1])], env,
+      if settle_failure(keys, lane_queue(tonumber(ARGV[i + 1])), env,
           'lease expired: its worker died or stalled', tonumber(ARGV[1]), false, now, 1) == 1 then
         dead = dead + 1
       else

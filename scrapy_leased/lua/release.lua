@@ -1,26 +1,33 @@
 -- release: a worker closing gracefully gives back claims it never started. They go
--- to the FRONT of their priority in their lane (they were at the front when claimed)
--- and no attempt is counted. The worker leaves the registry.
+-- to the FRONT of their priority in their lane (they were at the front when claimed),
+-- in the order they were first queued (by rid), and no attempt is counted. The worker
+-- leaves the registry.
 -- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
--- KEYS[6] inflight  KEYS[7] workers  KEYS[8] worker_info  KEYS[9..] lane queues
--- ARGV[1] worker id ('' = none), then pairs {token, index into KEYS of its lane's queue}
+-- KEYS[6] inflight  KEYS[7] workers  KEYS[8] worker_info  KEYS[9..] lane queues (a ZSET,
+-- then its LIST: lib_settle.lua)
+-- ARGV[1] worker id ('' = none), then pairs {token, index into KEYS of its lane's queue ZSET}
 -- Returns the number of requests released.
 local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3]}
-local released = 0
+local back = {}
 for i = 2, #ARGV, 2 do
   if redis.call('ZREM', KEYS[5], ARGV[i]) == 1 then
     local env = redis.call('HGET', KEYS[6], ARGV[i])
     redis.call('HDEL', KEYS[6], ARGV[i])
     local rid, _, _, priority, lane = parse_envelope(env)
     if rid then
-      queue_push(keys, KEYS[tonumber(ARGV[i + 1])], lane, env, priority, true, tonumber(rid))
-      released = released + 1
+      back[#back + 1] = {rid = tonumber(rid), env = env, priority = priority, lane = lane,
+        q = lane_queue(tonumber(ARGV[i + 1]))}
     end
   end
 end
-if released > 0 then redis.call('HINCRBY', KEYS[4], 'released', released) end
+-- Highest rid first: each push to the front goes before the one pushed before it.
+table.sort(back, function(x, y) return x.rid > y.rid end)
+for _, b in ipairs(back) do
+  queue_push(keys, b.q, b.lane, b.env, b.priority, true, b.rid)
+end
+if #back > 0 then redis.call('HINCRBY', KEYS[4], 'released', #back) end
 if ARGV[1] ~= '' then
   redis.call('ZREM', KEYS[7], ARGV[1])
   redis.call('HDEL', KEYS[8], ARGV[1])
 end
-return released
+return #back

@@ -4,8 +4,8 @@
 -- its rid, so the done bitmap still counts it once. Each letter is removed from the
 -- dead letters in the same step.
 -- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] dead  KEYS[6] done
--- KEYS[7..] lane queues (ZSET), referred to by index below
--- ARGV: n x {rid (field of the dead HASH), index of its lane's queue in KEYS, lane}
+-- KEYS[7..] lane queues (a ZSET, then its LIST), referred to by index below
+-- ARGV: n x {rid (field of the dead HASH), index of its lane's queue ZSET in KEYS, lane}
 -- Returns {requeued, missing (no such dead letter any more), already done (their
 -- request was processed meanwhile: the letter is dropped), unreadable (not an
 -- envelope of the given lane: the letter is kept)}.
@@ -13,7 +13,7 @@
 local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3]}
 local requeued, missing, done, unreadable = 0, 0, 0, 0
 for a = 1, #ARGV, 3 do
-  local field, queue, want_lane = ARGV[a], KEYS[tonumber(ARGV[a + 1])], ARGV[a + 2]
+  local field, queue, want_lane = ARGV[a], lane_queue(tonumber(ARGV[a + 1])), ARGV[a + 2]
   local raw = redis.call('HGET', KEYS[5], field)
   if not raw then
     missing = missing + 1
