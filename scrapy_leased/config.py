@@ -18,6 +18,7 @@ SWEEP_INTERVAL_SECONDS = 2.0
 IDLE_POLL_SECONDS = 0.2
 WORKER_TTL_SECONDS = 30.0
 SEEN_BUCKET_BITS = 14
+SEEN_CACHE = 100_000
 RECOVER_BATCH = 500
 EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (scrapy.utils.project.data_path)
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -76,6 +77,7 @@ class LeasedConfig:
     keep_alive: bool
     worker_ttl: float
     seen_bucket_bits: int
+    seen_cache: int
     recover_batch: int
     prefetch: int
     fail_http_codes: frozenset[int]
@@ -125,6 +127,8 @@ class LeasedConfig:
             keep_alive=_bool(settings, "LEASED_KEEP_ALIVE", False),
             worker_ttl=_number(settings, "LEASED_WORKER_TTL", WORKER_TTL_SECONDS, minimum=0),
             seen_bucket_bits=_seen_bits(settings),
+            seen_cache=_number(settings, "LEASED_SEEN_CACHE", SEEN_CACHE, minimum=0,
+                               integer=True, exclusive=False),
             recover_batch=_number(settings, "LEASED_RECOVER_BATCH", RECOVER_BATCH,
                                   minimum=1, integer=True, exclusive=False),
             prefetch=_number(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,

@@ -2,13 +2,16 @@
 
 The decision "seen before?" is taken in Redis by the scheduler's enqueue script, in
 the same atomic step as the push, so ``request_seen`` has nothing to decide locally.
-This class turns a request into its seen-set coordinates and logs filtered requests
-the way Scrapy's ``RFPDupeFilter`` does.
+This class turns a request into its seen-set coordinates, remembers the coordinates
+Redis has confirmed (``LEASED_SEEN_CACHE`` of them: the seen set only grows, so a
+request found there is a duplicate without asking Redis again), and logs filtered
+requests the way Scrapy's ``RFPDupeFilter`` does.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
@@ -24,18 +27,50 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+class KnownSeen:
+    """At most ``size`` seen-set entries this worker knows are in Redis, the oldest
+    forgotten first. Entries are added only once a commit has confirmed them."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._keys: set[int] = set()
+        self._order: deque[int] = deque()
+
+    @staticmethod
+    def _key(bucket: int, member: int) -> int:
+        return bucket << 64 | member & 0xFFFF_FFFF_FFFF_FFFF
+
+    def __contains__(self, key: tuple[int, int]) -> bool:
+        return self._key(*key) in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def add(self, bucket: int, member: int) -> None:
+        key = self._key(bucket, member)
+        if self.size <= 0 or key in self._keys:
+            return
+        if len(self._order) >= self.size:
+            self._keys.discard(self._order.popleft())
+        self._keys.add(key)
+        self._order.append(key)
+
+
 class LeasedDupeFilter(BaseDupeFilter):
-    def __init__(self, crawler: Crawler, bits: int, debug: bool = False) -> None:
+    def __init__(self, crawler: Crawler, bits: int, debug: bool = False,
+                 cache_size: int = 0) -> None:
         self.crawler = crawler
         self.fingerprinter = crawler.request_fingerprinter
         self.bits = bits
         self.debug = debug
+        self.known = KnownSeen(cache_size)
         self._logged = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = LeasedConfig.from_settings(crawler.settings)
-        return cls(crawler, config.seen_bucket_bits, crawler.settings.getbool("DUPEFILTER_DEBUG"))
+        return cls(crawler, config.seen_bucket_bits, crawler.settings.getbool("DUPEFILTER_DEBUG"),
+                   config.seen_cache)
 
     def request_seen(self, request: Request) -> bool:
         return False  # decided atomically in Redis when the request is enqueued

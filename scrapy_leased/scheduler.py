@@ -246,6 +246,17 @@ class LeasedScheduler(BaseScheduler):
                 return True
             del request.meta[META_CLAIM]  # copied from a finished claim: a new request
         assert self.writer is not None and self.spider is not None
+        key: tuple[int, int] | None = None
+        if request.dont_filter and not request.meta.get("is_start_request"):
+            pass
+        elif isinstance(self.df, LeasedDupeFilter):
+            key = self.df.seen_key(request)
+            if key in self.df.known:  # Redis already said so: no need to ask again
+                self.stats.inc_value("leased/seen_cached")
+                self.df.log(request, self.spider)
+                return False
+        elif self.df.request_seen(request):
+            return False
         try:
             payload = encode_request(request, self.spider)
         except PayloadError as exc:
@@ -254,15 +265,10 @@ class LeasedScheduler(BaseScheduler):
                          extra={"spider": self.spider})
             return False
         lane = self.budgets.lane_of(request)
-        if request.dont_filter and not request.meta.get("is_start_request"):
+        if key is None:
             new = NewRequest(payload, request.priority, lane=lane)
-        elif isinstance(self.df, LeasedDupeFilter):
-            bucket, member = self.df.seen_key(request)
-            new = NewRequest(payload, request.priority, bucket, member, lane)
-        elif self.df.request_seen(request):
-            return False
         else:
-            new = NewRequest(payload, request.priority, lane=lane)
+            new = NewRequest(payload, request.priority, key[0], key[1], lane)
         self.writer.add_request(new, request)
         self.stats.inc_value("leased/enqueue_sent")
         return True
@@ -334,10 +340,13 @@ class LeasedScheduler(BaseScheduler):
             self._starved = False  # this worker just queued work: claim it at once
             self._kick.set()
         stats = self.stats
-        for tag, queued in zip(batch.tags, result.queued):
+        known = self.df.known if isinstance(self.df, LeasedDupeFilter) else None
+        for new, tag, queued in zip(batch.enqueue, batch.tags, result.queued):
+            if known is not None and new.bucket is not None:
+                known.add(new.bucket, new.member)  # in the seen set now, whoever put it there
             if queued:
                 stats.inc_value("leased/enqueued")
-            elif isinstance(self.df, LeasedDupeFilter) and isinstance(tag, Request):
+            elif known is not None and isinstance(tag, Request):
                 self.df.log(tag, self.spider)
         for flags in result.acks:
             stats.inc_value("leased/acked" if flags & 1 else "leased/acked_stale")

@@ -7,6 +7,7 @@ from scrapy.settings import Settings
 
 from scrapy_leased.budget import Budgets
 from scrapy_leased.config import LeasedConfig, LeasedConfigError
+from scrapy_leased.dupefilter import KnownSeen
 from scrapy_leased.frontier import Budget
 
 
@@ -19,6 +20,7 @@ def test_defaults():
     assert c.redis_url is None and c.crawl_id is None
     assert c.lease_seconds == 30 and c.renew_interval == 10
     assert c.max_attempts == 4 and c.seen_bucket_bits == 14 and not c.keep_alive
+    assert c.seen_cache == 100_000
     assert c.fail_http_codes == frozenset()
 
 
@@ -46,6 +48,8 @@ def test_redis_url_schemes(url):
     ("LEASED_SWEEP_INTERVAL", "0"),
     ("LEASED_IDLE_POLL", "-1"),
     ("LEASED_SEEN_BUCKET_BITS", "17"),
+    ("LEASED_SEEN_CACHE", "-1"),
+    ("LEASED_SEEN_CACHE", "many"),
     ("LEASED_PREFETCH", "-1"),
     ("LEASED_KEEP_ALIVE", "perhaps"),
     ("LEASED_FAIL_HTTP_CODES", "503,x"),
@@ -86,3 +90,18 @@ def test_rates_are_rounded_to_never_exceed_and_most_specific_pattern_wins():
     assert b.for_lane("b.example.com") == b.for_lane("example.com") == Budget(2000, 4)
     assert b.for_lane("notexample.com") == Budget(334, 2)
     assert not Budgets.from_settings(Settings()).enabled
+
+
+def test_known_seen_keeps_the_newest_entries_up_to_its_size():
+    known = KnownSeen(3)
+    for member in (1, -1, 2**63 - 1, -2**63):
+        known.add(5, member)
+    assert len(known) == 3
+    assert (5, 1) not in known  # the oldest, forgotten
+    assert (5, -1) in known and (5, 2**63 - 1) in known and (5, -2**63) in known
+    assert (4, -1) not in known and (6, -1) not in known  # the bucket is part of the key
+    known.add(5, -1)  # already known: nothing moves
+    assert len(known) == 3 and (5, -1) in known
+    off = KnownSeen(0)
+    off.add(1, 1)
+    assert len(off) == 0 and (1, 1) not in off

@@ -159,7 +159,16 @@ def test_three_workers_crawl_every_page_exactly_once(redis_server, make_site, st
     per_worker = {w.name: w.stats() for w in ws}
     assert sum(v.get("leased/acked", 0) for v in per_worker.values()) == pages
     assert sum(v.get("leased/enqueued", 0) for v in per_worker.values()) == pages
+    # links to pages a worker already knew were in the seen set never went to Redis;
+    # every duplicate (there or here) was filtered and logged like Scrapy's own
+    total = {name: sum(v.get(name, 0) for v in per_worker.values())
+             for name in ("leased/enqueue_sent", "leased/seen_cached", "dupefilter/filtered")}
+    assert total["leased/seen_cached"] > 0, total
+    assert total["leased/enqueue_sent"] == pages + s["duplicates"], (total, s)
+    assert total["dupefilter/filtered"] == total["leased/seen_cached"] + s["duplicates"], total
     print("pages per worker:", {n: v.get("leased/acked", 0) for n, v in per_worker.items()})
+    print("links filtered by the workers' caches / by Redis:", total["leased/seen_cached"],
+          s["duplicates"])
 
 
 # --------------------------------------------------------------------------- 2. idle pickup

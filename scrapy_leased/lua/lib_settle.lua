@@ -52,7 +52,11 @@ end
 -- keys: {seq, lanes, todo}; q: the lane's queue (lane_queue).
 local function queue_push(keys, q, lane, env, priority, front, rid)
   if tonumber(priority) == 0 then
-    redis.call(front and 'LPUSH' or 'RPUSH', q.l, env)
+    if front then
+      redis.call('LPUSH', q.l, env)
+    else
+      redis.call('RPUSH', q.l, env)
+    end
   else
     local prefix
     if front then
