@@ -68,6 +68,9 @@ class Budgets:
     half_life_ms: int = 30_000
     backoff_ms: int = 5_000
     obey_crawl_delay: bool = True
+    # A claim from a lane with nothing to enforce (no budget, Crawl-delay or block when
+    # claimed) starts without a download-time check within this many ms of its claim.
+    free_grace_ms: int = 500
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Budgets:
@@ -93,7 +96,8 @@ class Budgets:
         return cls(default, exact, domains, lane_key,
                    half_life_ms=_ms(settings, "LEASED_RATE_RECOVERY", 30.0),
                    backoff_ms=_ms(settings, "LEASED_RATE_BACKOFF", 5.0),
-                   obey_crawl_delay=settings.getbool("LEASED_RATE_CRAWL_DELAY", True))
+                   obey_crawl_delay=settings.getbool("LEASED_RATE_CRAWL_DELAY", True),
+                   free_grace_ms=_ms(settings, "LEASED_RATE_FREE_GRACE", 0.5, allow_zero=True))
 
     @property
     def enabled(self) -> bool:
@@ -121,12 +125,13 @@ class Budgets:
         return self.default
 
 
-def _ms(settings: BaseSettings, name: str, default_s: float) -> int:
+def _ms(settings: BaseSettings, name: str, default_s: float, allow_zero: bool = False) -> int:
     raw = settings.get(name)
     try:
         value = float(default_s if raw in (None, "") else raw)
     except (TypeError, ValueError):
         raise LeasedConfigError(f"{name} ({raw!r}) must be a number of seconds.") from None
-    if value <= 0:
-        raise LeasedConfigError(f"{name} ({raw!r}) must be higher than 0.")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "at least" if allow_zero else "higher than"
+        raise LeasedConfigError(f"{name} ({raw!r}) must be {bound} 0.")
     return int(value * 1000)

@@ -75,6 +75,8 @@ class ClaimResult:
     next_ms: int = -1  # earliest time a lane is ready (now when one is, -1: no lane)
     ready_lanes: list[str] = field(default_factory=list)
     claims: list[tuple[int, Envelope]] = field(default_factory=list)
+    # lanes claimed from that had nothing to enforce then (no budget, Crawl-delay, block)
+    free_lanes: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -106,6 +108,10 @@ class ExtraKeys:
             idx = self(zset)
             self.keys.append(keys.lane_fifo(lane))
         return idx
+
+
+def _str(x: bytes | str) -> str:
+    return x.decode() if isinstance(x, bytes) else x
 
 
 def _lane_and_token(item: int | tuple[int, str]) -> tuple[int, str]:
@@ -180,9 +186,12 @@ class Frontier:
             args += [lane, budget.interval_ms, budget.burst]
         out = await self._s["claim"](keys=keys, args=args)
         n = int(out[4])
-        ready = [x.decode() if isinstance(x, bytes) else x for x in out[5:5 + n]]
-        result = ClaimResult(int(out[0]), int(out[1]), int(out[2]), int(out[3]), ready)
-        rest = out[5 + n:]
+        ready = [_str(x) for x in out[5:5 + n]]
+        m = int(out[5 + n])
+        free = frozenset(_str(x) for x in out[6 + n:6 + n + m])
+        result = ClaimResult(int(out[0]), int(out[1]), int(out[2]), int(out[3]), ready,
+                             free_lanes=free)
+        rest = out[6 + n + m:]
         for i in range(0, len(rest), 2):
             result.claims.append((int(rest[i]), Envelope.parse(rest[i + 1])))
         return result

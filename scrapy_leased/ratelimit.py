@@ -8,6 +8,13 @@ robots.txt fetch) waits without blocking the reactor. 429 and 503 answers block 
 lane for the whole fleet (``Retry-After``, else ``LEASED_RATE_BACKOFF``) and slow it
 down, recovering over time; a robots.txt ``Crawl-delay`` becomes the lane's minimum
 interval.
+
+A lane with nothing to enforce (no budget in this worker's settings, and no Crawl-delay
+or block in Redis when its request was claimed: claim.lua reports it) needs no check at
+download time: its claimed requests start at once if they start within
+``LEASED_RATE_FREE_GRACE`` of their claim, and unless this worker has penalized the
+lane since. A block set by another worker stops the lane's claims at once, and reaches
+requests this worker already holds after at most that grace.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 #: request.meta key: seconds the scheduler must wait before handing the request out again.
 META_NOT_BEFORE = "_leased_not_before"
+#: request.meta key: time.monotonic() of the claim, set when its lane had nothing to
+#: enforce then (see the module's docstring).
+META_FREE_SINCE = "_leased_free_since"
 SLOW_DOWN_STATUSES = (429, 503)
 MAX_RETRY_AFTER_S = 3600.0
 
@@ -60,6 +70,7 @@ class LeasedRateMiddleware:
         self.crawler = crawler
         self.budgets = budgets
         self.stats = crawler.stats
+        self._penalized: dict[str, float] = {}  # lane -> time.monotonic() of our last penalty
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -75,6 +86,12 @@ class LeasedRateMiddleware:
     async def process_request(self, request: Request) -> Request | None:
         lane = self.budgets.lane_of(request)
         budget = self.budgets.for_lane(lane)
+        free_since = request.meta.pop(META_FREE_SINCE, None)
+        if free_since is not None and not budget.interval_ms \
+                and time.monotonic() - free_since < self.budgets.free_grace_ms / 1000 \
+                and free_since > self._penalized.get(lane, float("-inf")):
+            self.stats.inc_value("leased/budget_free")
+            return None
         frontier = self._frontier()
         while True:
             try:
@@ -103,6 +120,7 @@ class LeasedRateMiddleware:
         seconds = retry_after_seconds(response.headers.get(b"Retry-After"))
         block_ms = int(seconds * 1000) if seconds is not None else self.budgets.backoff_ms
         lane = self.budgets.lane_of(request)
+        self._penalized[lane] = time.monotonic()
         try:
             await self._frontier().penalize(lane, block_ms=block_ms, slow_down=True)
         except (RedisError, OSError) as exc:
@@ -125,6 +143,7 @@ class LeasedRateMiddleware:
         delay = robots.crawl_delay(agent)
         if delay:
             lane = self.budgets.lane_of(request)
+            self._penalized[lane] = time.monotonic()
             await self._frontier().penalize(lane, crawl_delay_ms=int(float(delay) * 1000))
             logger.info("%(lane)s asks for Crawl-delay %(d)s s: the fleet follows it",
                         {"lane": lane, "d": delay})

@@ -40,7 +40,7 @@ from .budget import Budgets
 from .frontier import Budget, ClaimResult, CommitResult, Failure, Frontier, NewRequest
 from .keys import CrawlKeys
 from .middleware import describe
-from .ratelimit import META_NOT_BEFORE
+from .ratelimit import META_FREE_SINCE, META_NOT_BEFORE
 from .writer import Batch, CommitWriter
 
 if TYPE_CHECKING:
@@ -421,6 +421,7 @@ class LeasedScheduler(BaseScheduler):
 
     def _absorb(self, result: ClaimResult) -> None:
         assert self.spider is not None and self.writer is not None
+        claimed_at = time.monotonic()
         for token, env in result.claims:
             claim = _Claim(token, env.rid, env.lane)
             try:
@@ -432,6 +433,8 @@ class LeasedScheduler(BaseScheduler):
                 self.writer.add_fail(Failure(token, str(exc), permanent=True, lane=env.lane))
                 continue
             request.meta[META_CLAIM] = token
+            if env.lane in result.free_lanes:
+                request.meta[META_FREE_SINCE] = claimed_at
             self._claims[token] = claim
             self.stats.inc_value("leased/claimed")
             if env.attempts:

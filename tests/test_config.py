@@ -73,6 +73,8 @@ def test_renew_interval_must_be_shorter_than_the_lease():
     ({"LEASED_RATES": {"a.com": {"rate": "1/s", "speed": 2}}}, "LEASED_RATES['a.com']"),
     ({"LEASED_RATE_KEY": "ip"}, "LEASED_RATE_KEY ('ip')"),
     ({"LEASED_RATE_BACKOFF": "-1"}, "LEASED_RATE_BACKOFF ('-1')"),
+    ({"LEASED_RATE_FREE_GRACE": "-0.1"}, "LEASED_RATE_FREE_GRACE ('-0.1')"),
+    ({"LEASED_RATE_FREE_GRACE": "soon"}, "LEASED_RATE_FREE_GRACE ('soon')"),
 ])
 def test_bad_rate_settings_name_the_setting_and_the_value(values, needle):
     with pytest.raises(LeasedConfigError) as err:

@@ -31,7 +31,7 @@ import redis
 from scrapy_leased.config import SEEN_BUCKET_BITS
 from scrapy_leased.connection import make_client
 from scrapy_leased.fingerprints import split_fingerprint
-from scrapy_leased.frontier import NO_BUDGET, Envelope, Failure, Frontier, NewRequest
+from scrapy_leased.frontier import NO_BUDGET, Budget, Envelope, Failure, Frontier, NewRequest
 from scrapy_leased.keys import CrawlKeys
 from scrapy_leased.scripts import script_source
 from tests.support.redis_server import RedisServer
@@ -842,6 +842,27 @@ def test_priority_0_members_left_in_the_zset_are_still_served(redis_server, craw
     assert run(redis_server, crawl_id, body) == ["old-high", "new", "old1", "old2"]
     assert stats(r, keys) == {"enqueued": 1, "claimed": 4}
     assert int(r.get(keys.todo)) == 0
+
+
+def test_claim_names_the_lanes_with_nothing_to_enforce(redis_server, crawl_id):
+    """free_lanes: lanes claimed from without a budget, a Crawl-delay or a block."""
+    lanes = [("plain", NO_BUDGET), ("budget", Budget(100, 5)), ("delay", NO_BUDGET),
+             ("idle", NO_BUDGET)]
+
+    async def body(f, r):
+        await f.enqueue([NewRequest(f"{lane}-{i}", lane=lane)
+                         for lane in ("plain", "budget", "delay") for i in range(2)])
+        await f.penalize("delay", crawl_delay_ms=1)
+        first = await f.claim(10, "w", lanes)
+        await f.enqueue([NewRequest("plain-2", lane="plain")])
+        await f.penalize("plain", block_ms=60_000)
+        blocked = await f.claim(10, "w", lanes)
+        return first, blocked
+
+    first, blocked = run(redis_server, crawl_id, body)
+    assert {e.lane for _, e in first.claims} == {"plain", "budget", "delay"}
+    assert first.free_lanes == {"plain"}
+    assert (blocked.claims, blocked.free_lanes) == ([], frozenset())
 
 
 # ----------------------------------------------------------------- garbage in queue

@@ -132,12 +132,17 @@ def test_a_hot_host_does_not_hold_up_the_others(
     assert max_in_window(hot_times, 60.0) <= 1 + 30
 
 
+@pytest.mark.parametrize("budget", [
+    {"LEASED_RATE": "600/min"},
+    {},  # no budget: claims skip the download-time check (LEASED_RATE_FREE_GRACE)
+    {"LEASED_RATE_FREE_GRACE": 0},  # no budget, every request checked at download time
+], ids=["budget", "no-budget", "no-budget-strict"])
 def test_429_with_retry_after_blocks_the_host_for_the_whole_fleet(
-        redis_server, crawl_id, make_site, start_worker):
+        redis_server, crawl_id, make_site, start_worker, budget):
     """A host answering 429 with Retry-After: 5 gets no request from any worker for 5 s
     (measured from the 429 the site sent), then is crawled again."""
     site = make_site(pages=100)
-    settings = {"LEASED_RATE": "600/min", "CONCURRENT_REQUESTS": 4}
+    settings = {"CONCURRENT_REQUESTS": 4, **budget}
     starts = [f"{site.url}/p/0", f"{site.url}/p/1", f"{site.url}/busy/a?after=5"]
     workers = [start_worker(redis_server.url, crawl_id, starts, settings=settings, name=f"w{i}")
                for i in range(2)]
@@ -154,6 +159,12 @@ def test_429_with_retry_after_blocks_the_host_for_the_whole_fleet(
           f"{len(after)} requests after the block")
     assert during == [], during[:5]
     assert any(e["path"] == "/busy/a?after=5" and e["status"] == 200 for e in after)
+    unchecked = sum(w.stats().get("leased/budget_free", 0) for w in workers)
+    if budget:
+        assert unchecked == 0
+    else:
+        assert unchecked > 0
+        print(f"{unchecked} requests started without a download-time check")
     assert {e["path"] for e in entries if e["status"] == 200} >= {f"/p/{i}" for i in range(100)}
 
 

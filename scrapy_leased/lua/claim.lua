@@ -23,9 +23,11 @@
 -- ARGV[2] lease length in ms  ARGV[3] worker id  ARGV[4] number of candidate lanes
 -- ARGV[5] slowdown half-life ms  ARGV[6] how many ready lanes to report
 -- ARGV[7..] per candidate lane: name, interval ms (0 = no budget), burst
--- Returns {now_ms, todo, leases, next_ms, n, lane1..lane_n, token1, envelope1, ...}:
--- lane1..n are ready lanes to pass as candidates next time, next_ms the earliest time
--- any lane is ready (now when one is).
+-- Returns {now_ms, todo, leases, next_ms, n, lane1..lane_n, m, free1..free_m, token1,
+-- envelope1, ...}: lane1..n are ready lanes to pass as candidates next time, next_ms the
+-- earliest time any lane is ready (now when one is); free1..m are the lanes claimed from
+-- that had nothing to enforce at this moment (no budget, no Crawl-delay, no block), so
+-- their requests may start without another check (LEASED_RATE_FREE_GRACE).
 -- Requests whose rid is already marked done (a stale copy requeued after its first
 -- worker acked late) are dropped here and counted in stats 'skipped_done'.
 -- A request whose lease expired before (expiries > 0: its worker died holding it) is
@@ -118,6 +120,10 @@ for _, l in ipairs(all_active) do
   end
 end
 if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', got) end
+local free = {}
+for _, l in ipairs(all_active) do
+  if l.took > 0 and l.interval == 0 then free[#free + 1] = l.lane end
+end
 local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
 local next_ms = now
 if #ready == 0 then
@@ -127,5 +133,7 @@ end
 local out = {now, tonumber(redis.call('GET', KEYS[10]) or 0), redis.call('ZCARD', KEYS[2]),
   next_ms, #ready}
 for _, lane in ipairs(ready) do out[#out + 1] = lane end
+out[#out + 1] = #free
+for _, lane in ipairs(free) do out[#out + 1] = lane end
 for _, v in ipairs(claims) do out[#out + 1] = v end
 return out
