@@ -414,10 +414,18 @@ class LeasedScheduler(BaseScheduler):
             if self._deferred:  # its lane is skipped until it is out: claim again then
                 wait = min(wait, max(0.001, self._deferred[0][0] - asyncio.get_running_loop().time()))
             self._kick.clear()
-            try:
-                await asyncio.wait_for(self._kick.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
+            await self._until_kicked(wait)
+
+    async def _until_kicked(self, timeout: float) -> None:
+        """Wait for a kick, at most ``timeout`` seconds. Not ``asyncio.wait_for``: before
+        Python 3.12 it can swallow a cancellation that arrives in the loop turn the
+        kick is set, and the cancelled loop would then run on."""
+        assert self._kick is not None
+        timer = asyncio.get_running_loop().call_later(timeout, self._kick.set)
+        try:
+            await self._kick.wait()
+        finally:
+            timer.cancel()
 
     def _absorb(self, result: ClaimResult) -> None:
         assert self.spider is not None and self.writer is not None
