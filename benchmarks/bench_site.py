@@ -13,10 +13,7 @@ and runs the same site, unchanged otherwise. ``BenchSite`` is ``SiteProcess`` ru
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import threading
-import json
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -33,25 +30,8 @@ class BenchSite(testsite.SiteProcess):
     def __init__(self, *args, nodelay: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.nodelay = nodelay
-
-    def start(self, timeout: float = 10.0) -> "BenchSite":
-        script = SCRIPT if self.nodelay else testsite.SCRIPT
-        cmd = [sys.executable, str(script), "--pages", str(self.pages),
-               "--port", str(self.first_port), "--ports", str(self.nports),
-               "--log", str(self.log_path)]
-        self.proc = subprocess.Popen(cmd, cwd=str(script.parent), stdout=subprocess.PIPE,
-                                     text=True)
-        testsite._register_child(self.proc)
-        result: list[str] = []
-        reader = threading.Thread(target=lambda: result.append(self.proc.stdout.readline()),
-                                  daemon=True)
-        reader.start()
-        reader.join(timeout)
-        if not result or not result[0].strip():
-            self.stop()
-            raise RuntimeError(f"test site subprocess did not start within {timeout}s: {cmd}")
-        self.urls = json.loads(result[0])["urls"]
-        return self
+        if nodelay:
+            self.script = SCRIPT
 
 
 if __name__ == "__main__":

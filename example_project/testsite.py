@@ -422,9 +422,12 @@ class SiteProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.urls: list[str] = []
 
+    #: The script run as the site (benchmarks/bench_site.py runs the same site with TCP_NODELAY).
+    script: Path = SCRIPT
+
     def start(self, timeout: float = 10.0) -> "SiteProcess":
         cmd = [
-            sys.executable, str(SCRIPT),
+            sys.executable, str(self.script),
             "--pages", str(self.pages), "--port", str(self.first_port),
             "--ports", str(self.nports), "--log", str(self.log_path),
         ]
@@ -434,7 +437,8 @@ class SiteProcess:
             cmd.append("--spread")
         if self.delay:
             cmd += ["--delay", str(self.delay)]
-        self.proc = subprocess.Popen(cmd, cwd=str(SCRIPT.parent), stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, cwd=str(self.script.parent), stdout=subprocess.PIPE,
+                                     text=True)
         _register_child(self.proc)
         result: list[str] = []
         reader = threading.Thread(target=lambda: result.append(self.proc.stdout.readline()), daemon=True)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .frontier import Envelope, ExtraKeys, Frontier, NewRequest
+from .frontier import Envelope, ExtraKeys, Frontier, NewRequest, as_str
 from .keys import KEY_PREFIX, CrawlKeys
 from .scripts import register
 
@@ -41,10 +41,6 @@ DEAD_SHARE = 0.05  # ... and at least this share of the requests settled meanwhi
 
 BATCH = 500  # requests per seeding commit, dead letters per requeue/purge call
 LANES_SHOWN = 10  # lanes (hosts) listed by status
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _ms(t: Sequence[Any]) -> int:
@@ -298,7 +294,7 @@ class FleetAdmin:
             cursor, batch = await client.scan(cursor, match=f"{KEY_PREFIX}:{{*}}:meta",
                                               count=1000)
             for key in batch:
-                key = _s(key)
+                key = as_str(key)
                 if key.startswith(start) and key.endswith(end):
                     found.add(key[len(start):-len(end)])
             seen += 1000
@@ -312,7 +308,7 @@ class FleetAdmin:
         async with self.client.pipeline(transaction=False) as p:
             p.zcard(k.lanes).zrevrange(k.lanes, 0, limit - 1, withscores=True)
             total, top = await p.execute()
-        names = [_s(name) for name, _ in top]
+        names = [as_str(name) for name, _ in top]
         async with self.client.pipeline(transaction=False) as p:
             for lane in names:
                 p.zcard(k.lane_queue(lane)).llen(k.lane_fifo(lane))
@@ -360,16 +356,16 @@ class FleetAdmin:
         if memory:
             info = await self.client.info("memory")
             snap.used_memory = int(info.get("used_memory", 0))
-            snap.used_memory_human = _s(info.get("used_memory_human", ""))
+            snap.used_memory_human = as_str(info.get("used_memory_human", ""))
             snap.maxmemory = int(info.get("maxmemory", 0) or 0)
         return snap
 
     def _workers(self, now_ms: int, beats: Iterable[tuple[Any, float]],
                  infos: dict[Any, Any]) -> list[WorkerState]:
-        by_id = {_s(key): _s(value) for key, value in infos.items()}
+        by_id = {as_str(key): as_str(value) for key, value in infos.items()}
         out = []
         for wid, score in beats:
-            wid = _s(wid)
+            wid = as_str(wid)
             try:
                 info = json.loads(by_id.get(wid, "{}"))
             except ValueError:
@@ -390,15 +386,15 @@ class FleetAdmin:
         async with self.client.pipeline(transaction=True) as p:
             p.time().zrange(k.leases, 0, -1, withscores=True).hgetall(k.inflight)
             now, leases, inflight = await p.execute()
-        envs = {_s(t): _s(e) for t, e in inflight.items()}
+        envs = {as_str(t): as_str(e) for t, e in inflight.items()}
         out = []
         for token, deadline in leases:
-            raw = envs.get(_s(token))
+            raw = envs.get(as_str(token))
             try:
                 env = Envelope.parse(raw) if raw is not None else None
             except ValueError:
                 env = None
-            out.append(Lease(int(_s(token)), int(deadline), env))
+            out.append(Lease(int(as_str(token)), int(deadline), env))
         return _ms(now), out
 
     async def lease_deadlines(self, tokens: Sequence[int]) -> tuple[int, list[int | None]]:
@@ -414,7 +410,7 @@ class FleetAdmin:
         wanted = set(urls) if urls is not None else None
         letters = []
         async for rid, raw in self.client.hscan_iter(self.keys.dead, count=1000):
-            letter = parse_dead_letter(_s(rid), _s(raw))
+            letter = parse_dead_letter(as_str(rid), as_str(raw))
             if wanted is None or letter.url in wanted:
                 letters.append(letter)
         total = await self.client.hlen(self.keys.dead)
@@ -463,7 +459,7 @@ class FleetAdmin:
     async def crawl_keys(self) -> list[str]:
         """Every key of this crawl (SCAN MATCH on its escaped prefix)."""
         pattern = glob_escape(self.keys.prefix) + "*"
-        return sorted({_s(key) async for key in self.client.scan_iter(match=pattern,
+        return sorted({as_str(key) async for key in self.client.scan_iter(match=pattern,
                                                                        count=1000)})
 
     async def reset(self) -> int:

@@ -31,8 +31,7 @@ class Envelope:
 
     @classmethod
     def parse(cls, raw: str | bytes) -> Envelope:
-        text = raw.decode() if isinstance(raw, bytes) else raw
-        rid, attempts, expiries, priority, lane, payload = text.split("|", 5)
+        rid, attempts, expiries, priority, lane, payload = as_str(raw).split("|", 5)
         return cls(int(rid), int(attempts), int(expiries), int(priority), lane, payload)
 
 
@@ -110,8 +109,9 @@ class ExtraKeys:
         return idx
 
 
-def _str(x: bytes | str) -> str:
-    return x.decode() if isinstance(x, bytes) else x
+def as_str(value: Any) -> str:
+    """A Redis reply (bytes, or str with decode_responses) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _lane_and_token(item: int | tuple[int, str]) -> tuple[int, str]:
@@ -186,9 +186,9 @@ class Frontier:
             args += [lane, budget.interval_ms, budget.burst]
         out = await self._s["claim"](keys=keys, args=args)
         n = int(out[4])
-        ready = [_str(x) for x in out[5:5 + n]]
+        ready = [as_str(x) for x in out[5:5 + n]]
         m = int(out[5 + n])
-        free = frozenset(_str(x) for x in out[6 + n:6 + n + m])
+        free = frozenset(as_str(x) for x in out[6 + n:6 + n + m])
         result = ClaimResult(int(out[0]), int(out[1]), int(out[2]), int(out[3]), ready,
                              free_lanes=free)
         rest = out[6 + n + m:]
@@ -264,7 +264,7 @@ class Frontier:
             p.zrangebyscore(k.workers, "-inf", "+inf", withscores=True)
             now, todo, leases, dead, stats, workers = await p.execute()
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        stats = {(a.decode() if isinstance(a, bytes) else a): int(b) for a, b in stats.items()}
+        stats = {as_str(a): int(b) for a, b in stats.items()}
         return {
             "todo": int(todo or 0), "processing": int(leases), "dead": int(dead),
             "done": stats.get("done", 0),

@@ -15,15 +15,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import redis
 
 from scrapy_leased.admin import Snapshot, WorkerState, diagnose
+from scrapy_leased.frontier import as_str
 from scrapy_leased.keys import CrawlKeys
 from tests.support.redis_server import free_port
 from tests.support.queue import queue_len
+from tests.support.workers import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "tests" / "project"
@@ -60,19 +62,15 @@ def one_error(result: subprocess.CompletedProcess[str], *words: str) -> str:
     return lines[0]
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else v
-
-
 def truth(r: redis.Redis, crawl_id: str) -> dict[str, Any]:
     """The crawl read straight from its keys, independently of its counters."""
     k = CrawlKeys(crawl_id)
-    lanes = [_s(lane) for lane in r.zrange(k.lanes, 0, -1)]
+    lanes = [as_str(lane) for lane in r.zrange(k.lanes, 0, -1)]
     now_s, now_us = r.time()
     now_ms = now_s * 1000 + now_us // 1000
-    workers = {_s(m): int(s) for m, s in r.zrange(k.workers, 0, -1, withscores=True)}
+    workers = {as_str(m): int(s) for m, s in r.zrange(k.workers, 0, -1, withscores=True)}
     return {
-        "todo": sum(queue_len(r, k, _s(lane)) for lane in lanes),
+        "todo": sum(queue_len(r, k, as_str(lane)) for lane in lanes),
         "processing": r.zcard(k.leases),
         "done": r.bitcount(k.done),
         "dead": r.hlen(k.dead),
@@ -82,18 +80,6 @@ def truth(r: redis.Redis, crawl_id: str) -> dict[str, Any]:
 
 def stat(r: redis.Redis, crawl_id: str, name: str) -> int:
     return int(r.hget(CrawlKeys(crawl_id).stats, name) or 0)
-
-
-def wait_for(pred: Callable[[], bool], timeout: float, what: str, workers=()) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        for w in workers:
-            if not w.running and not pred():
-                raise AssertionError(f"worker {w.name} exited ({w.returncode}) before {what}:"
-                                     f"\n{w.log_tail()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout}s")
-        time.sleep(0.05)
 
 
 def assert_finished(w, timeout: float = WAIT) -> None:
@@ -403,8 +389,8 @@ def test_reset_deletes_exactly_one_crawls_keys(redis_server, make_site, start_wo
     r.set(f"leased:{{{crawl_id}}}", 1)  # not under the crawl's prefix "leased:{id}:"
 
     def keys(c: str) -> set[str]:
-        return {_s(k) for k in r.scan_iter(match=f"leased:{{{c}}}:*")
-                if _s(k).startswith(f"leased:{{{c}}}:")}
+        return {as_str(k) for k in r.scan_iter(match=f"leased:{{{c}}}:*")
+                if as_str(k).startswith(f"leased:{{{c}}}:")}
 
     mine, theirs, globs = keys(crawl_id), keys(other), keys(glob)
     assert len(mine) > 10 and len(theirs) > 10 and globs

@@ -23,10 +23,11 @@ from scrapy import Request
 
 from scrapy_leased.codec import encode_request
 from scrapy_leased.connection import make_client
-from scrapy_leased.frontier import NO_BUDGET, Envelope, Frontier, NewRequest
+from scrapy_leased.frontier import NO_BUDGET, Envelope, Frontier, NewRequest, as_str
 from scrapy_leased.keys import CrawlKeys
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.queue import queue_len, queued
+from tests.support.workers import wait_for
 
 LANE = "127.0.0.1"  # the lane (host) of every request to the test site
 
@@ -38,23 +39,19 @@ WAIT = 90  # hang guard for a whole crawl, not a check
 # --------------------------------------------------------------------------- helpers
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else v
-
-
 def crawl_state(r: redis.Redis, crawl_id: str) -> dict[str, Any]:
     """A snapshot of every key of the crawl (decoded)."""
     k = CrawlKeys(crawl_id)
-    stats = {_s(a): int(b) for a, b in r.hgetall(k.stats).items()}
-    dead = {_s(a): json.loads(b) for a, b in r.hgetall(k.dead).items()}
+    stats = {as_str(a): int(b) for a, b in r.hgetall(k.stats).items()}
+    dead = {as_str(a): json.loads(b) for a, b in r.hgetall(k.dead).items()}
     return {
         "stats": stats,
-        "queue": sum(queue_len(r, k, _s(lane)) for lane in r.zrange(k.lanes, 0, -1)),
+        "queue": sum(queue_len(r, k, as_str(lane)) for lane in r.zrange(k.lanes, 0, -1)),
         "leases": r.zcard(k.leases),
         "inflight": r.hlen(k.inflight),
         "dead": dead,
         "done_bits": r.bitcount(k.done),
-        "workers": {_s(m) for m in r.zrange(k.workers, 0, -1)},
+        "workers": {as_str(m) for m in r.zrange(k.workers, 0, -1)},
     }
 
 
@@ -84,19 +81,6 @@ def assert_each_once(counts: Counter, expected: set[str]) -> None:
     assert not missing and not extra and not twice, (
         f"missing {sorted(missing)[:20]} ({len(missing)}), extra {sorted(extra)[:20]}, "
         f"fetched more than once {dict(list(twice.items())[:20])} ({len(twice)})")
-
-
-def wait_for(pred: Callable[[], bool], timeout: float, what: str, workers=()) -> None:
-    """Poll pred (test-side polling). Fails early if a worker in ``workers`` exits."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        for w in workers:
-            if not w.running and not pred():
-                raise AssertionError(f"worker {w.name} exited ({w.returncode}) before {what}:\n"
-                                     f"{w.log_tail()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout}s")
-        time.sleep(0.02)
 
 
 def assert_exit(w, reason: str, rc: int = 0, timeout: float = WAIT) -> None:

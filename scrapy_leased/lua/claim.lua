@@ -113,17 +113,16 @@ while got < want and #active > 0 and not stop do
   end
   active = still
 end
+local free = {}  -- lanes claimed from with nothing to enforce (interval 0)
 for _, l in ipairs(all_active) do
   if l.took > 0 and l.interval > 0 then
     local next_claim = rate_claimed(l.rate, l.took, l.interval, l.burst, now)
     if next_claim > now then redis.call('ZADD', KEYS[1], 'XX', next_claim, l.lane) end
+  elseif l.took > 0 then
+    free[#free + 1] = l.lane
   end
 end
 if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', got) end
-local free = {}
-for _, l in ipairs(all_active) do
-  if l.took > 0 and l.interval == 0 then free[#free + 1] = l.lane end
-end
 local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
 local next_ms = now
 if #ready == 0 then

@@ -5,20 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_leased.frontier import Envelope
+from scrapy_leased.frontier import Envelope, as_str
 from scrapy_leased.keys import CrawlKeys
-
-
-def _s(x: Any) -> str:
-    return x.decode() if isinstance(x, bytes) else x
 
 
 def in_claim_order(zset: list[tuple[Any, float]], fifo: list[Any]) -> list[str]:
     """Envelopes of one lane in the order claims take them, from ``ZRANGE .. WITHSCORES``
     of its ZSET and ``LRANGE`` of its LIST: priorities above 0, then 0, then below."""
-    high = [_s(m)[12:] for m, score in zset if score < 0]
-    low = [_s(m)[12:] for m, score in zset if score >= 0]
-    return high + [_s(m) for m in fifo] + low
+    high = [as_str(m)[12:] for m, score in zset if score < 0]
+    low = [as_str(m)[12:] for m, score in zset if score >= 0]
+    return high + [as_str(m) for m in fifo] + low
 
 
 def queued(r: Any, keys: CrawlKeys, lane: str = "") -> list[str]:

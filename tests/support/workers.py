@@ -294,3 +294,16 @@ class WorkerFactory:
             f"----- worker {w.name} pid={w.pid} rc={w.proc.poll()} cmd={' '.join(w.cmd)}\n{w.log_tail(lines)}"
             for w in self.workers
         )
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str, workers=()) -> None:
+    """Poll pred (test-side polling). Fails early if a worker in ``workers`` exits."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        for w in workers:
+            if not w.running and not pred():
+                raise AssertionError(f"worker {w.name} exited ({w.returncode}) before {what}:\n"
+                                     f"{w.log_tail()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout}s")
+        time.sleep(0.02)
