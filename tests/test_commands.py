@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -175,9 +176,17 @@ def test_status_watch_redraws_in_place(redis_server, make_site, start_worker, cr
             [sys.executable, "-m", "scrapy", "leased", "status", crawl_id, "--watch",
              "--interval", "0.3", "--redis-url", redis_server.url, *extra],
             cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(4)
+        # Interrupt only once the redraws are there (not after a fixed time: under load
+        # the process may still be starting, before its handler of Ctrl-C exists).
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                                  daemon=True)
+        reader.start()
+        wait_for(lambda: check("".join(lines)), WAIT, "three redraws", [])
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        err = proc.communicate(timeout=WAIT)[1]
+        reader.join(WAIT)
+        out = "".join(lines)
         assert proc.returncode == 0, err
         assert check(out), out
 

@@ -852,7 +852,7 @@ def test_claim_names_the_lanes_with_nothing_to_enforce(redis_server, crawl_id):
     async def body(f, r):
         await f.enqueue([NewRequest(f"{lane}-{i}", lane=lane)
                          for lane in ("plain", "budget", "delay") for i in range(2)])
-        await f.penalize("delay", crawl_delay_ms=1)
+        await f.penalize("delay", crawl_delay_ms=60_000)  # not ready again in this test
         first = await f.claim(10, "w", lanes)
         await f.enqueue([NewRequest("plain-2", lane="plain")])
         await f.penalize("plain", block_ms=60_000)
