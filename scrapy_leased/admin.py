@@ -23,7 +23,8 @@ from typing import Any
 
 from .frontier import Envelope, ExtraKeys, Frontier, NewRequest, as_str
 from .keys import KEY_PREFIX, CrawlKeys
-from .scripts import register
+from .scripts import pairs, read_atomic, register
+from .topology import scan_batches, server_info
 
 #: Throughput is read from the ``throughput`` HASH (10-second buckets of Redis time,
 #: kept by commit.lua): the current bucket and the 5 before it, i.e. the last 50-60 s,
@@ -275,7 +276,7 @@ class FleetAdmin:
         self.keys = keys
         self.worker_ttl_ms = worker_ttl_ms
         self.frontier = Frontier(client, keys, lease_ms=lease_ms, max_attempts=max_attempts)
-        self._s = register(client, "requeue_dead", "purge_dead")
+        self._s = register(client, "requeue_dead", "purge_dead", "read")
 
     # -- reading ---------------------------------------------------------------------
 
@@ -286,20 +287,20 @@ class FleetAdmin:
 
     @staticmethod
     async def list_crawls(client: Any, scan_limit: int = 100_000) -> list[str]:
-        """Crawl ids with a ``meta`` key in this Redis (looks at up to scan_limit keys)."""
+        """Crawl ids with a ``meta`` key in this Redis (every master of a cluster; looks
+        at up to scan_limit keys)."""
         found: set[str] = set()
-        cursor, seen = 0, 0
+        seen = 0
         start, end = f"{KEY_PREFIX}:{{", "}:meta"
-        while True:
-            cursor, batch = await client.scan(cursor, match=f"{KEY_PREFIX}:{{*}}:meta",
-                                              count=1000)
+        async for batch in scan_batches(client, f"{KEY_PREFIX}:{{*}}:meta", 1000):
             for key in batch:
                 key = as_str(key)
                 if key.startswith(start) and key.endswith(end):
                     found.add(key[len(start):-len(end)])
             seen += 1000
-            if not cursor or seen >= scan_limit:
-                return sorted(found)
+            if seen >= scan_limit:
+                break
+        return sorted(found)
 
     async def lanes(self, now_ms: int, limit: int = LANES_SHOWN) -> tuple[int, list[LaneState]]:
         """(number of lanes with queued requests, the ``limit`` lanes served last: those
@@ -328,15 +329,13 @@ class FleetAdmin:
     async def snapshot(self, *, workers: bool = True, memory: bool = True) -> Snapshot:
         k = self.keys
         counts = await self.frontier.counts(self.worker_ttl_ms)
-        async with self.client.pipeline(transaction=True) as p:
-            p.time().hgetall(k.throughput)
-            if workers:
-                p.zrange(k.workers, 0, -1, withscores=True).hgetall(k.worker_info)
-            res = await p.execute()
-        now_ms = _ms(res[0])
+        reads: list[tuple[Any, ...]] = [("HGETALL", k.throughput)]
+        if workers:
+            reads += [("ZRANGE", k.workers, 0, -1, "WITHSCORES"), ("HGETALL", k.worker_info)]
+        now_ms, res = await read_atomic(self._s["read"], *reads)
         current = now_ms // THROUGHPUT_BUCKET_MS
         first = current - THROUGHPUT_BUCKETS + 1
-        buckets = {int(b): int(v) for b, v in res[1].items() if first <= int(b) <= current}
+        buckets = {int(b): int(v) for b, v in pairs(res[0]) if first <= int(b) <= current}
         recent = sum(buckets.values())
         # From the start of the oldest bucket with requests done (a young crawl is not
         # diluted over a minute it did not run), at least 1 s.
@@ -350,11 +349,11 @@ class FleetAdmin:
             workers_alive=counts["workers_alive"], totals=totals, done_last_minute=recent,
             window_s=window_ms / 1000)
         if workers:
-            snap.workers = self._workers(now_ms, res[2], res[3])
-        if workers:
+            snap.workers = self._workers(now_ms, [(w, float(s)) for w, s in pairs(res[1])],
+                                         dict(pairs(res[2])))
             snap.lanes_total, snap.lanes = await self.lanes(now_ms)
-        if memory:
-            info = await self.client.info("memory")
+        if memory:  # the server holding the crawl (on a cluster: its slot's master)
+            info = await server_info(self.client, "memory", k.meta)
             snap.used_memory = int(info.get("used_memory", 0))
             snap.used_memory_human = as_str(info.get("used_memory_human", ""))
             snap.maxmemory = int(info.get("maxmemory", 0) or 0)
@@ -383,26 +382,26 @@ class FleetAdmin:
     async def leases(self) -> tuple[int, list[Lease]]:
         """(Redis time ms, every live lease with its envelope): what is in flight."""
         k = self.keys
-        async with self.client.pipeline(transaction=True) as p:
-            p.time().zrange(k.leases, 0, -1, withscores=True).hgetall(k.inflight)
-            now, leases, inflight = await p.execute()
-        envs = {as_str(t): as_str(e) for t, e in inflight.items()}
+        now_ms, (leases, inflight) = await read_atomic(
+            self._s["read"], ("ZRANGE", k.leases, 0, -1, "WITHSCORES"), ("HGETALL", k.inflight))
+        envs = {as_str(t): as_str(e) for t, e in pairs(inflight)}
         out = []
-        for token, deadline in leases:
+        for token, deadline in pairs(leases):
             raw = envs.get(as_str(token))
             try:
                 env = Envelope.parse(raw) if raw is not None else None
             except ValueError:
                 env = None
-            out.append(Lease(int(as_str(token)), int(deadline), env))
-        return _ms(now), out
+            out.append(Lease(int(as_str(token)), int(float(deadline)), env))
+        return now_ms, out
 
     async def lease_deadlines(self, tokens: Sequence[int]) -> tuple[int, list[int | None]]:
         """(Redis time ms, each token's lease deadline or None once the lease is gone)."""
-        async with self.client.pipeline(transaction=True) as p:
-            p.time().zmscore(self.keys.leases, list(tokens))
-            now, scores = await p.execute()
-        return _ms(now), [None if s is None else int(s) for s in scores]
+        if not tokens:
+            return (await read_atomic(self._s["read"]))[0], []
+        now_ms, (scores,) = await read_atomic(self._s["read"],
+                                              ("ZMSCORE", self.keys.leases, *tokens))
+        return now_ms, [None if s is None else int(float(s)) for s in scores]
 
     async def dead_letters(self, limit: int | None = None,
                            urls: Iterable[str] | None = None) -> tuple[int, list[DeadLetter]]:
@@ -457,10 +456,11 @@ class FleetAdmin:
         return queued
 
     async def crawl_keys(self) -> list[str]:
-        """Every key of this crawl (SCAN MATCH on its escaped prefix)."""
+        """Every key of this crawl (SCAN MATCH on its escaped prefix; on a cluster, of every
+        master: a slot being migrated has keys on two)."""
         pattern = glob_escape(self.keys.prefix) + "*"
-        return sorted({as_str(key) async for key in self.client.scan_iter(match=pattern,
-                                                                       count=1000)})
+        return sorted({as_str(key) async for batch in scan_batches(self.client, pattern)
+                       for key in batch})
 
     async def reset(self) -> int:
         """Delete every key of this crawl, and nothing else; returns how many."""

@@ -6,7 +6,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 from scrapy.utils.project import data_path
@@ -21,7 +20,7 @@ SEEN_BUCKET_BITS = 14
 SEEN_CACHE = 100_000
 RECOVER_BATCH = 500
 EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (scrapy.utils.project.data_path)
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
 _CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")
 
 
@@ -57,11 +56,14 @@ def _bool(settings: BaseSettings, name: str, default: bool) -> bool:
 
 
 def check_redis_url(url: str, name: str = "LEASED_REDIS_URL") -> str:
-    scheme = urlsplit(url).scheme
-    if scheme not in REDIS_SCHEMES:
-        raise LeasedConfigError(
-            f"{name} ({url!r}) must be a redis://, rediss:// (TLS) or unix:// URL."
-        )
+    """``url`` if it names a Redis (one server, a Sentinel master or a Cluster: see
+    topology.py), else LeasedConfigError naming the setting."""
+    from .topology import RedisUrlError, parse_redis_url, redact
+
+    try:
+        parse_redis_url(url)
+    except RedisUrlError as exc:
+        raise LeasedConfigError(f"{name} ({redact(url)!r}) {exc}.") from None
     return url
 
 

@@ -1,53 +1,53 @@
-"""Redis connections: one asyncio client per worker, retried on connection errors."""
+"""Redis connections: one asyncio client per worker, retried on connection errors.
+
+``make_client`` is the one way to build a crawl's Redis client, whatever the URL names:
+one server, a Sentinel group's master or a Redis Cluster (``topology.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import redis
-import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .topology import build_client, redact
+
+__all__ = ["LeasedRedisError", "check_reachable", "connect", "make_client", "redact"]
 
 
 class LeasedRedisError(RuntimeError):
     """Redis cannot be used for the crawl; the message names the URL."""
 
 
-def redact(url: str) -> str:
-    """The URL without its password, fit for logs and errors."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def check_reachable(url: str, setting: str = "LEASED_REDIS_URL") -> None:
     """Ping once, synchronously: only at start-up, before any crawling runs."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    client = None
     try:
+        client = make_client(url, sync=True, socket_connect_timeout=5, socket_timeout=5)
         client.ping()
     except Exception as exc:
         raise LeasedRedisError(
             f"cannot reach Redis at {redact(url)} ({setting}): {type(exc).__name__}: {exc}"
         ) from None
     finally:
-        client.close()
+        if client is not None:
+            client.close()
 
 
-def make_client(url: str) -> Any:
-    return aioredis.from_url(
-        url,
-        socket_connect_timeout=5,
-        socket_timeout=30,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError, OSError],
-        health_check_interval=15,
-    )
+def make_client(url: str, *, sync: bool = False, **options: Any) -> Any:
+    """A Redis client for a crawl: asyncio (``sync`` for start-up checks), for a
+    redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// URL; ``options``
+    override the defaults below."""
+    defaults: dict[str, Any] = {"socket_connect_timeout": 5, "socket_timeout": 30}
+    if not sync:
+        defaults.update(
+            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError, OSError],
+            health_check_interval=15,
+        )
+    return build_client(url, {**defaults, **options}, sync=sync)
 
 
 async def connect(url: str, setting: str = "LEASED_REDIS_URL") -> Any:

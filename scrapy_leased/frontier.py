@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .keys import CrawlKeys
-from .scripts import register
+from .scripts import pairs, read_atomic, register
 
 
 REASON_CHARS = 500  # a failure's reason is kept to its first 500 characters
@@ -130,7 +130,7 @@ class Frontier:
         self.half_life_ms = half_life_ms
         self.ready_lanes = ready_lanes
         self._s = register(client, "claim", "commit", "expired", "recover", "renew", "release",
-                           "acquire", "penalize")
+                           "acquire", "penalize", "read")
 
     async def check_layout(self, seen_bucket_bits: int) -> None:
         """Record the seen-set layout on first use; refuse a different one later."""
@@ -257,17 +257,16 @@ class Frontier:
         return int(blocked)
 
     async def counts(self, worker_ttl_ms: int = 30_000) -> dict[str, int]:
-        """A snapshot of the crawl's counters (one MULTI: a consistent view)."""
+        """A snapshot of the crawl's counters (one script run: a consistent view)."""
         k = self.keys
-        async with self.client.pipeline(transaction=True) as p:
-            p.time().get(k.todo).zcard(k.leases).hlen(k.dead).hgetall(k.stats)
-            p.zrangebyscore(k.workers, "-inf", "+inf", withscores=True)
-            now, todo, leases, dead, stats, workers = await p.execute()
-        now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        stats = {as_str(a): int(b) for a, b in stats.items()}
+        now_ms, (todo, leases, dead, stats, workers) = await read_atomic(
+            self._s["read"], ("GET", k.todo), ("ZCARD", k.leases), ("HLEN", k.dead),
+            ("HGETALL", k.stats), ("ZRANGE", k.workers, 0, -1, "WITHSCORES"))
+        stats = {as_str(a): int(b) for a, b in pairs(stats)}
         return {
             "todo": int(todo or 0), "processing": int(leases), "dead": int(dead),
             "done": stats.get("done", 0),
-            "workers_alive": sum(1 for _, ts in workers if now_ms - ts < worker_ttl_ms),
+            "workers_alive": sum(1 for _, ts in pairs(workers)
+                                 if now_ms - float(ts) < worker_ttl_ms),
             **{f"total_{name}": v for name, v in stats.items()},
         }

@@ -3,6 +3,7 @@ reloaded on NOSCRIPT by redis-py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 from typing import Any
@@ -17,6 +18,7 @@ _LIBS: dict[str, tuple[str, ...]] = {
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),
     "requeue_dead": ("lib_settle",),  # admin.py (scrapy leased dead --requeue)
+    # read: several reads with the server time, atomically (read_atomic below)
 }
 
 
@@ -30,3 +32,24 @@ def script_source(name: str) -> str:
 
 def register(client: Any, *names: str) -> dict[str, Any]:
     return {name: client.register_script(script_source(name)) for name in names}
+
+
+def pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """[a, b, c, d] -> [(a, b), (c, d)]: an HGETALL or WITHSCORES reply of a script."""
+    return list(zip(flat[::2], flat[1::2]))
+
+
+async def read_atomic(script: Any, *commands: tuple[Any, ...]) -> tuple[int, list[Any]]:
+    """(Redis time in ms, the replies of ``commands``), each ``(name, key, *args)`` of a
+    read-only command, all read in one run of lua/read.lua: a consistent view like
+    MULTI/EXEC, which also works on Redis Cluster."""
+    keys: list[str] = []
+    index: dict[str, int] = {}
+    args: list[Any] = [len(commands)]
+    for name, key, *rest in commands:
+        if key not in index:
+            keys.append(key)
+            index[key] = len(keys)
+        args += [name, index[key], len(rest), *rest]
+    out = await script(keys=keys, args=args)
+    return int(out[0]) * 1000 + int(out[1]) // 1000, list(out[2:])

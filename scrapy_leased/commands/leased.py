@@ -24,7 +24,6 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from scrapy import Request, Spider
 from scrapy.commands import ScrapyCommand
@@ -36,7 +35,7 @@ from ..admin import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
 from ..budget import Budgets
 from ..codec import encode_request
 from ..config import _CRAWL_ID_RE, LeasedConfig, LeasedConfigError, check_redis_url
-from ..connection import redact
+from ..connection import make_client, redact
 from ..fingerprints import split_fingerprint
 from ..frontier import NewRequest
 from ..keys import CrawlKeys
@@ -159,7 +158,7 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
     if rest and not (sub == "seed" and _looks_like_source(rest[0])):
         crawl_arg, rest = rest[0], rest[1:]
     url, source = _redis_url(opts, config, start_embedded=sub == "seed")
-    client = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+    client = make_client(url)
     try:
         try:
             await client.ping()

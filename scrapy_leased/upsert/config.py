@@ -9,7 +9,8 @@ from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 
-from ..config import LeasedConfigError, _bool, _number, check_redis_url
+from ..config import REDIS_SCHEMES, LeasedConfigError, _bool, _number, check_redis_url
+from ..topology import redact
 
 # Defaults.
 BATCH_SIZE = 500  # records per store round trip
@@ -78,13 +79,13 @@ def _url(settings: BaseSettings) -> str | None:
         return url
     if scheme in SQL_SCHEMES:
         return url
-    try:
+    if scheme in REDIS_SCHEMES:  # the reason a Redis URL is wrong, naming the setting
         return check_redis_url(url, "LEASED_UPSERT_URL")
-    except LeasedConfigError:
-        raise LeasedConfigError(
-            f"LEASED_UPSERT_URL ({url!r}) must be a redis://, rediss://, unix://, "
-            "sqlite:/// or postgresql:// URL (or unset: the crawl's Redis)."
-        ) from None
+    raise LeasedConfigError(
+            f"LEASED_UPSERT_URL ({redact(url)!r}) must be a redis://, rediss://, unix://, "
+            "redis+sentinel://, redis+cluster://, sqlite:/// or postgresql:// URL (or unset: "
+            "the crawl's Redis)."
+        )
 
 
 def _key_fields(settings: BaseSettings) -> tuple[str, ...] | None:

@@ -116,8 +116,10 @@ class RedisServer:
         port: int | None = None,
         executable: str | None = None,
         extra_config: dict[str, str] | None = None,
+        password: str | None = None,
     ) -> None:
         self.appendonly = appendonly
+        self.password = password
         self.executable = executable or find_redis_server()
         self.port: int | None = port
         self._fixed_port = port is not None
@@ -131,7 +133,8 @@ class RedisServer:
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("RedisServer not started yet")
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     @property
     def log_path(self) -> Path:
@@ -165,6 +168,8 @@ class RedisServer:
             lines += ["appendonly yes", "appendfsync always"]
         else:
             lines += ["appendonly no"]
+        if self.password:
+            lines += [f"requirepass {self.password}", f"masterauth {self.password}"]
         for k, v in self.extra_config.items():
             lines.append(f"{k} {v}")
         conf = self.dir / "redis.conf"
@@ -191,10 +196,13 @@ class RedisServer:
                 self.port = None
         raise RuntimeError(f"could not start redis-server: {last_err}")
 
+    def _command(self, conf: Path) -> list[str]:
+        return [self.executable, str(conf)]
+
     def _spawn_and_wait(self, timeout: float) -> None:
         conf = self._write_config()
         self.proc = subprocess.Popen(
-            [self.executable, str(conf)],
+            self._command(conf),
             cwd=str(self.dir),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -203,7 +211,8 @@ class RedisServer:
         )
         _live.add(self)
         deadline = time.monotonic() + timeout
-        probe = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5, socket_timeout=1.0)
+        probe = redis.Redis(host="127.0.0.1", port=self.port, password=self.password,
+                            socket_connect_timeout=0.5, socket_timeout=1.0)
         try:
             while True:
                 rc = self.proc.poll()
@@ -254,7 +263,8 @@ class RedisServer:
         Falls back to SIGKILL if the server does not exit in time."""
         if self.running:
             try:
-                c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+                c = redis.Redis(host="127.0.0.1", port=self.port, password=self.password,
+                                socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
                 try:
                     c.shutdown(nosave=True)
                 finally:
@@ -301,6 +311,7 @@ class RedisServer:
         if self.port is None:
             raise RuntimeError("RedisServer not started yet")
         kwargs.setdefault("socket_timeout", 10)
+        kwargs.setdefault("password", self.password)
         c = redis.Redis(host="127.0.0.1", port=self.port, db=0, **kwargs)
         self._clients.append(c)
         return c

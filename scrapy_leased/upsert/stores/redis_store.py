@@ -1,17 +1,30 @@
 """Records in Redis: one HASH per item type, ``leased:{<crawl>}:<prefix>:<type>``,
-field = key, value = ``{"fence":..,"updated":..,"type":..,"item":{..}}`` (lua/upsert.lua)."""
+field = key, value = ``{"fence":..,"updated":..,"type":..,"item":{..}}`` (lua/upsert.lua).
+
+A write that meets a lost connection (Redis restarting, a Sentinel or Cluster failover
+under way) is sent again with backoff for up to OUTAGE_RETRY_SECONDS before its items
+fail: a fenced upsert applied twice leaves what applying it once leaves."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...connection import connect, redact
 from ...keys import CrawlKeys
 from ...scripts import register
 from ..records import Record
 from .base import Store
+
+
+OUTAGE_RETRY_SECONDS = 30.0
+OUTAGE_BACKOFF_CAP_SECONDS = 1.0
 
 
 class RedisStore(Store):
@@ -41,8 +54,17 @@ class RedisStore(Store):
                 keys.append(self.hash_key(r.table))
                 i = index[r.table] = len(keys)
             args += [i, r.key, r.fence, json.dumps(r.type_name), r.data]
-        out = await self._upsert(keys=keys, args=args)
-        return [bool(x) for x in out]
+        started, delay = time.monotonic(), 0.05
+        while True:
+            try:
+                out = await self._upsert(keys=keys, args=args)
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                if time.monotonic() - started > OUTAGE_RETRY_SECONDS:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, OUTAGE_BACKOFF_CAP_SECONDS)
+                continue
+            return [bool(x) for x in out]
 
     async def count(self, table: str) -> int:
         return int(await self.client.hlen(self.hash_key(table)))

@@ -1,0 +1,390 @@
+"""Which Redis a crawl uses, read from its URL, and the redis-py client for each kind:
+one server, the master of a Sentinel group, or a Redis Cluster.
+
+``connection.make_client`` is the one entry point; this module parses and builds.
+
+URL formats (README, "Sentinel and Cluster")::
+
+    redis://[[user]:password@]host[:port][/db]     one server: redis-py's own format
+    rediss://...                                   (TLS), unix:///path/redis.sock[?db=N]
+    redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master_name[/db]
+        [?sentinel_password=...&sentinel_username=...]
+    redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0]
+
+The Sentinel form is the one of redis-sentinel-url, Prefect and RedisVL: the hosts are
+the sentinels (port 26379 unless given), the path names the master and the database,
+the user and password are those of the Redis servers, ``sentinel_password`` (and
+``sentinel_username``) those of the sentinels. The Cluster form lists startup nodes
+(port 6379 unless given); redis-py finds the others. Both also take the query options
+``socket_timeout``, ``socket_connect_timeout``, ``socket_keepalive`` and
+``health_check_interval``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+import redis.asyncio as aioredis
+import redis.cluster
+import redis.sentinel
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError, TryAgainError
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry as SyncRetry
+from redis.sentinel import MasterNotFoundError
+
+logger = logging.getLogger(__name__)
+
+SERVER_SCHEMES = ("redis", "rediss", "unix")
+SENTINEL_SCHEME = "redis+sentinel"
+CLUSTER_SCHEME = "redis+cluster"
+SCHEMES = SERVER_SCHEMES + (SENTINEL_SCHEME, CLUSTER_SCHEME)
+SENTINEL_PORT = 26379
+CLUSTER_PORT = 6379
+
+#: A command refused while the crawl's slot migrates (TRYAGAIN, or redis-py giving up
+#: after 16 MOVED/ASK/TRYAGAIN redirections) did not run: it is sent again, with
+#: backoff, for up to this long (a slot of a large crawl takes seconds to migrate).
+MIGRATION_RETRY_SECONDS = 60.0
+MIGRATION_BACKOFF_CAP_SECONDS = 0.5
+
+# Query options of a Sentinel or Cluster URL (redis-py's names and parsers).
+_BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+_OPTIONS: dict[str, Any] = {
+    "socket_timeout": float,
+    "socket_connect_timeout": float,
+    "socket_keepalive": lambda v: _BOOL[v.lower()],
+    "health_check_interval": int,
+}
+_SENTINEL_OPTIONS = ("sentinel_password", "sentinel_username")
+_SECRET_QUERY = re.compile(r"((?:^|[?&])(?:sentinel_)?password=)[^&]*")
+
+
+class RedisUrlError(ValueError):
+    """The URL cannot name a Redis; the message says why (without the setting)."""
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """A parsed crawl Redis URL."""
+
+    kind: str  # "server", "sentinel" or "cluster"
+    url: str
+    hosts: tuple[tuple[str, int], ...] = ()  # sentinels, or cluster startup nodes
+    master_name: str | None = None  # Sentinel: the master's name
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def redact(url: str) -> str:
+    """The URL without its passwords (user info and ``sentinel_password``), for logs."""
+    parts = urlsplit(url)
+    netloc, query = parts.netloc, parts.query
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        user, colon, _password = userinfo.partition(":")
+        if colon:
+            netloc = f"{user}:***@{hosts}"
+    query = _SECRET_QUERY.sub(r"\1***", query)
+    return parts._replace(netloc=netloc, query=query).geturl()
+
+
+def parse_redis_url(url: str) -> RedisTarget:
+    """Parse a crawl's Redis URL; raises RedisUrlError."""
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise RedisUrlError("must be a redis://, rediss:// (TLS), unix://, redis+sentinel:// "
+                            "or redis+cluster:// URL")
+    if scheme in SERVER_SCHEMES:
+        return RedisTarget("server", url)
+    rest = url.split("://", 1)[1]
+    netloc, _, tail = rest.partition("/")
+    path, _, query = tail.partition("?")
+    if "?" in netloc:  # no path: redis+cluster://h:p?x=1
+        netloc, _, query = netloc.partition("?")
+    username = password = None
+    if "@" in netloc:
+        userinfo, _, netloc = netloc.rpartition("@")
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon and secret else None
+    default_port = SENTINEL_PORT if scheme == SENTINEL_SCHEME else CLUSTER_PORT
+    hosts = tuple(_host_port(part, default_port) for part in netloc.split(","))
+    options, extra = _query_options(query, sentinel=scheme == SENTINEL_SCHEME)
+    segments = [unquote(s) for s in path.split("/") if s]
+    if scheme == SENTINEL_SCHEME:
+        if not segments:
+            raise RedisUrlError("must name the master after the sentinels: "
+                                "redis+sentinel://host:26379[,host:26379...]/mymaster[/db]")
+        if len(segments) > 2:
+            raise RedisUrlError("has a path with more than a master name and a database "
+                                "number: redis+sentinel://hosts/mymaster/0")
+        db = _db(segments[1]) if len(segments) == 2 else 0
+        return RedisTarget("sentinel", url, hosts, segments[0], db, username, password,
+                           extra.get("sentinel_username"), extra.get("sentinel_password"),
+                           options)
+    if segments and (len(segments) > 1 or _db(segments[0]) != 0):
+        raise RedisUrlError("names a database other than 0: Redis Cluster has only "
+                            "database 0 (redis+cluster://host:port[,host:port...])")
+    return RedisTarget("cluster", url, hosts, None, 0, username, password, options=options)
+
+
+def _host_port(part: str, default_port: int) -> tuple[str, int]:
+    part = part.strip()
+    if part.startswith("["):  # [IPv6]:port
+        host, _, port = part[1:].partition("]")
+        port = port[1:] if port.startswith(":") else ""
+    else:
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
+    if not host:
+        raise RedisUrlError(f"has an empty host in {part!r}: list host[:port] entries "
+                            "separated by commas")
+    if not port:
+        return host, default_port
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise RedisUrlError(f"has an invalid port in {part!r}")
+    return host, int(port)
+
+
+def _db(text: str) -> int:
+    if not text.isdigit():
+        raise RedisUrlError(f"has {text!r} where a database number belongs")
+    return int(text)
+
+
+def _query_options(query: str, sentinel: bool) -> tuple[dict[str, Any], dict[str, str]]:
+    options: dict[str, Any] = {}
+    extra: dict[str, str] = {}
+    for name, values in parse_qs(query, keep_blank_values=True).items():
+        value = values[-1]
+        if sentinel and name in _SENTINEL_OPTIONS:
+            extra[name] = value
+            continue
+        parser = _OPTIONS.get(name)
+        if parser is None:
+            known = sorted(_OPTIONS) + (list(_SENTINEL_OPTIONS) if sentinel else [])
+            raise RedisUrlError(f"has an unknown option {name!r} (known: {', '.join(known)})")
+        try:
+            options[name] = parser(value)
+        except (KeyError, TypeError, ValueError):
+            raise RedisUrlError(f"has an invalid value for {name!r}") from None
+    return options, extra
+
+
+# --------------------------------------------------------------------------- clients
+
+
+def build_client(url: str, options: dict[str, Any], sync: bool = False) -> Any:
+    """A redis-py client for ``url`` (asyncio unless ``sync``), with the connection
+    ``options`` (timeouts, retry policy; the URL's own query options win)."""
+    target = parse_redis_url(url)
+    if target.kind == "server":
+        return (redis.Redis if sync else aioredis.Redis).from_url(url, **options)
+    options = {**options, **target.options}
+    auth = {"username": target.username, "password": target.password}
+    if target.kind == "sentinel":
+        # Each sentinel is asked once per discovery (the next one is asked on failure;
+        # the master's connection retries the discovery as a whole).
+        sentinel_kwargs = {k: v for k, v in options.items() if k.startswith("socket_")}
+        sentinel_kwargs.update(username=target.sentinel_username,
+                               password=target.sentinel_password,
+                               retry=(SyncRetry if sync else Retry)(NoBackoff(), 0))
+        sentinel_cls = SentinelGroup if sync else AsyncSentinelGroup
+        sentinel = sentinel_cls(list(target.hosts), sentinel_kwargs=sentinel_kwargs)
+        return sentinel.master_for(target.master_name,
+                                   redis_class=SentinelMaster if sync else AsyncSentinelMaster,
+                                   db=target.db, **auth, **options)
+    if sync:
+        from redis.cluster import ClusterNode, RedisCluster
+
+        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in target.hosts],
+                            **auth, **options)
+    return LeasedRedisCluster(startup_nodes=[AsyncClusterNode(h, p) for h, p in target.hosts],
+                              **auth, **options)
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, (AsyncRedisCluster, redis.cluster.RedisCluster))
+
+
+async def server_info(client: Any, section: str, key: str) -> dict[str, Any]:
+    """INFO ``section`` of the server holding ``key`` (on a cluster: its slot's master)."""
+    if isinstance(client, AsyncRedisCluster):
+        return await client.info(section, target_nodes=client.get_node_from_key(key))
+    return await client.info(section)
+
+
+async def scan_batches(client: Any, match: str, count: int = 1000) -> AsyncIterator[list[Any]]:
+    """The keys matching ``match``, one list per SCAN call (of COUNT ``count``), from the
+    server or from every master of a cluster (never KEYS)."""
+    if isinstance(client, AsyncRedisCluster):
+        await client.initialize()
+        for node in client.get_primaries():
+            cursor = 0
+            while True:
+                cursors, keys = await client.scan(cursor, match=match, count=count,
+                                                  target_nodes=node)
+                yield keys
+                cursor = cursors[node.name]
+                if not cursor:
+                    break
+        return
+    cursor = 0
+    while True:
+        cursor, keys = await client.scan(cursor, match=match, count=count)
+        yield keys
+        if not cursor:
+            return
+
+
+def _where(sentinel: Any) -> str:
+    kw = sentinel.connection_pool.connection_kwargs
+    return f"{kw.get('host')}:{kw.get('port')}"
+
+
+def _master_not_found(name: str, errors: list[str]) -> MasterNotFoundError:
+    why = f" (sentinels: {'; '.join(errors)})" if errors else \
+        " (no sentinel names a master in good state by that name)"
+    return MasterNotFoundError(f"No master found for {name!r}{why}")
+
+
+class AsyncSentinelGroup(AsyncSentinel):
+    """redis-py's Sentinel manager, whose "no master found" error names each sentinel
+    by its address and its error in a line (redis-py's prints every client's repr)."""
+
+    async def discover_master(self, service_name: str) -> tuple[Any, Any]:
+        errors = []
+        for i, sentinel in enumerate(self.sentinels):
+            try:
+                masters = await sentinel.sentinel_masters()
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                errors.append(f"{_where(sentinel)} {type(exc).__name__}: {exc}")
+                continue
+            state = masters.get(service_name)
+            if state and self.check_master_state(state, service_name):
+                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]
+                return state["ip"], state["port"]
+        raise _master_not_found(service_name, errors)
+
+
+class SentinelGroup(redis.sentinel.Sentinel):
+    """Synchronous ``AsyncSentinelGroup``."""
+
+    def discover_master(self, service_name: str) -> tuple[Any, Any]:
+        errors = []
+        for i, sentinel in enumerate(self.sentinels):
+            try:
+                masters = sentinel.sentinel_masters()
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                errors.append(f"{_where(sentinel)} {type(exc).__name__}: {exc}")
+                continue
+            state = masters.get(service_name)
+            if state and self.check_master_state(state, service_name):
+                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]
+                return state["ip"], state["port"]
+        raise _master_not_found(service_name, errors)
+
+
+class AsyncSentinelMaster(aioredis.Redis):
+    """The master a Sentinel group names, followed through failovers (redis-py's
+    SentinelConnectionPool asks the sentinels again whenever a connection to the master
+    fails or finds a replica). Closing it also closes the sentinel connections."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            await self.connection_pool.sentinel_manager.aclose()
+
+
+class SentinelMaster(redis.Redis):
+    """Synchronous ``AsyncSentinelMaster`` (the add-on's start-up check)."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            for s in self.connection_pool.sentinel_manager.sentinels:
+                s.close()
+
+
+#: redis-py's RedisClusterException (not a RedisError) for a cluster that cannot serve
+#: for now (a shard failing over, no node reachable): raised as a ConnectionError, which
+#: the workers retry like any other lost connection.
+_UNAVAILABLE = ("cannot be connected", "could not agree on a valid slots cache",
+                "All slots are not covered")
+
+
+def _unavailable(exc: Exception) -> bool:
+    return isinstance(exc, SlotNotCoveredError) or (
+        isinstance(exc, RedisClusterException) and any(m in str(exc) for m in _UNAVAILABLE))
+
+
+def _not_run(exc: Exception) -> bool:
+    """True for a cluster error meaning that Redis refused the command (it did not run)."""
+    return isinstance(exc, TryAgainError) or (
+        type(exc) is ClusterError and "TTL exhausted" in str(exc))
+
+
+class LeasedRedisCluster(AsyncRedisCluster):
+    """redis-py's asyncio cluster client, which also waits out a migration of the slot:
+    while a slot migrates, a script whose keys are split between the two nodes (or
+    not all present on one) is refused with TRYAGAIN, and redis-py gives up after 16
+    redirections; such a command did not run, so it is sent again with backoff for up
+    to MIGRATION_RETRY_SECONDS. MOVED, ASK and failovers are redis-py's own handling."""
+
+    #: commands refused by a slot migration and sent again (for logs and tests)
+    migration_retries = 0
+    _migrating_since: float | None = None
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        started: float | None = None
+        delay = 0.01
+        while True:
+            try:
+                result = await super().execute_command(*args, **kwargs)
+            except RedisClusterException as exc:
+                if _unavailable(exc):
+                    raise RedisConnectionError(f"Redis Cluster unavailable: {exc}") from exc
+                raise
+            except (TryAgainError, ClusterError) as exc:
+                if not _not_run(exc):
+                    raise
+                now = time.monotonic()
+                if started is None:
+                    started = now
+                elif now - started > MIGRATION_RETRY_SECONDS:
+                    raise
+                self.migration_retries += 1
+                if self._migrating_since is None:  # logged once per migration
+                    self._migrating_since = now
+                    logger.info("Redis Cluster refuses commands while a slot migrates "
+                                "(%(exc)s): sending them again until the migration ends",
+                                {"exc": exc})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MIGRATION_BACKOFF_CAP_SECONDS)
+                continue
+            if started is not None and self._migrating_since is not None:
+                logger.info("Redis Cluster runs commands again after %(s).1f s of slot "
+                            "migration (%(n)d commands sent again)",
+                            {"s": time.monotonic() - self._migrating_since,
+                             "n": self.migration_retries})
+                self._migrating_since = None
+            return result
