@@ -1,12 +1,20 @@
 """The Lua scripts, read once from ``lua/`` and registered per client (EVALSHA,
-reloaded on NOSCRIPT by redis-py)."""
+reloaded on NOSCRIPT by redis-py).
+
+On a client made with ``wait_replicas`` N in its URL (topology.py), the scripts whose
+replies a worker acts on (WAITED) are followed by ``WAIT N`` on the same connection, in
+the same round trip: their writes are on N replicas before the reply is used."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 # The shared helper files (lib_*.lua) each script gets prepended, in this order.
 _LIBS: dict[str, tuple[str, ...]] = {
@@ -30,8 +38,64 @@ def script_source(name: str) -> str:
     return "\n".join(parts)
 
 
+#: Scripts whose reply makes a worker act outside Redis: claim (the worker holds the
+#: tokens), commit (its seen cache, the acks it forgets), upsert (the item is stored).
+WAITED = frozenset({"claim", "commit", "upsert"})
+WAIT_TIMEOUT_MS = 1000  # WAIT gives up after this long and the reply is used anyway
+#: After a WAIT that timed out (replicas missing), writes go on without WAIT this long
+#: before trying again: a lost replica costs one stall per period, not one per write.
+WAIT_PAUSE_SECONDS = 10.0
+
+logger = logging.getLogger(__name__)
+
+
 def register(client: Any, *names: str) -> dict[str, Any]:
-    return {name: client.register_script(script_source(name)) for name in names}
+    replicas = getattr(client, "leased_wait_replicas", 0)
+    out = {}
+    for name in names:
+        script = client.register_script(script_source(name))
+        out[name] = _WaitedScript(client, script, replicas) if replicas and name in WAITED \
+            else script
+    return out
+
+
+class _WaitedScript:
+    """EVALSHA then ``WAIT replicas WAIT_TIMEOUT_MS`` in one pipeline (one connection,
+    one round trip); the script is loaded before its first use (a WAIT after a refused
+    EVALSHA would wait for nothing) and again after NOSCRIPT (a failover target)."""
+
+    def __init__(self, client: Any, script: Any, replicas: int) -> None:
+        self.client = client
+        self.script = script
+        self.replicas = replicas
+        self._loaded = False
+
+    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        client = self.client
+        if time.monotonic() < getattr(client, "_leased_wait_paused_until", 0.0):
+            return await self.script(keys=keys, args=args)
+        if not self._loaded:
+            self.script.sha = await client.script_load(self.script.script)
+            self._loaded = True
+        for attempt in (1, 2):
+            async with client.pipeline(transaction=False) as p:
+                p.evalsha(self.script.sha, len(keys), *keys, *args)
+                p.execute_command("WAIT", self.replicas, WAIT_TIMEOUT_MS)
+                reply, acked = await p.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError) and attempt == 1:
+                self.script.sha = await client.script_load(self.script.script)
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acked, int) and acked < self.replicas:
+                client._leased_wait_paused_until = time.monotonic() + WAIT_PAUSE_SECONDS
+                logger.warning(
+                    "Only %(n)d of %(want)d replicas (wait_replicas) acknowledged a write "
+                    "within %(ms)d ms: writing without WAIT for %(pause).0f s, then trying "
+                    "again", {"n": acked, "want": self.replicas, "ms": WAIT_TIMEOUT_MS,
+                              "pause": WAIT_PAUSE_SECONDS})
+            return reply
+        raise AssertionError("unreachable")
 
 
 def pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:

@@ -82,7 +82,7 @@ class RedisTarget:
     """A parsed crawl Redis URL."""
 
     kind: str  # "server", "sentinel" or "cluster"
-    url: str
+    url: str  # without the options of this module (wait_replicas)
     hosts: tuple[tuple[str, int], ...] = ()  # sentinels, or cluster startup nodes
     master_name: str | None = None  # Sentinel: the master's name
     db: int = 0
@@ -91,6 +91,8 @@ class RedisTarget:
     sentinel_username: str | None = None
     sentinel_password: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: WAIT for this many replicas after the writes a worker acts on (scripts.WAITED)
+    wait_replicas: int = 0
 
 
 def redact(url: str) -> str:
@@ -112,8 +114,11 @@ def parse_redis_url(url: str) -> RedisTarget:
     if scheme not in SCHEMES:
         raise RedisUrlError("must be a redis://, rediss:// (TLS), unix://, redis+sentinel:// "
                             "or redis+cluster:// URL")
+    url, wait = _pop_wait_replicas(url)
     if scheme in SERVER_SCHEMES:
-        return RedisTarget("server", url)
+        return RedisTarget("server", url, wait_replicas=wait)
+    if scheme == CLUSTER_SCHEME and wait:
+        raise RedisUrlError("has wait_replicas, which redis+cluster:// URLs do not support")
     rest = url.split("://", 1)[1]
     netloc, _, tail = rest.partition("/")
     path, _, query = tail.partition("?")
@@ -139,11 +144,28 @@ def parse_redis_url(url: str) -> RedisTarget:
         db = _db(segments[1]) if len(segments) == 2 else 0
         return RedisTarget("sentinel", url, hosts, segments[0], db, username, password,
                            extra.get("sentinel_username"), extra.get("sentinel_password"),
-                           options)
+                           options, wait)
     if segments and (len(segments) > 1 or _db(segments[0]) != 0):
         raise RedisUrlError("names a database other than 0: Redis Cluster has only "
                             "database 0 (redis+cluster://host:port[,host:port...])")
     return RedisTarget("cluster", url, hosts, None, 0, username, password, options=options)
+
+
+def _pop_wait_replicas(url: str) -> tuple[str, int]:
+    """(the URL without its ``wait_replicas`` option, that option's value or 0)."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, 0
+    kept, wait = [], 0
+    for item in query.split("&"):
+        name, _, value = item.partition("=")
+        if name != "wait_replicas":
+            kept.append(item)
+            continue
+        if not value.isdigit():
+            raise RedisUrlError(f"has wait_replicas={value!r}: a number of replicas, at least 0")
+        wait = int(value)
+    return (f"{base}?{'&'.join(kept)}" if kept else base), wait
 
 
 def _host_port(part: str, default_port: int) -> tuple[str, int]:
@@ -195,8 +217,14 @@ def build_client(url: str, options: dict[str, Any], sync: bool = False) -> Any:
     """A redis-py client for ``url`` (asyncio unless ``sync``), with the connection
     ``options`` (timeouts, retry policy; the URL's own query options win)."""
     target = parse_redis_url(url)
+    client = _build(target, options, sync)
+    client.leased_wait_replicas = target.wait_replicas  # read by scripts.register
+    return client
+
+
+def _build(target: RedisTarget, options: dict[str, Any], sync: bool) -> Any:
     if target.kind == "server":
-        return (redis.Redis if sync else aioredis.Redis).from_url(url, **options)
+        return (redis.Redis if sync else aioredis.Redis).from_url(target.url, **options)
     options = {**options, **target.options}
     auth = {"username": target.username, "password": target.password}
     if target.kind == "sentinel":

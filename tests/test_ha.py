@@ -13,6 +13,7 @@ TRYAGAIN), then the master now serving it is killed and its replica takes over.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import threading
 import time
@@ -27,6 +28,7 @@ from scrapy_leased.config import LeasedConfig, LeasedConfigError, check_redis_ur
 from scrapy_leased.connection import LeasedRedisError, check_reachable, connect, make_client
 from scrapy_leased.frontier import Frontier, NewRequest, as_str
 from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.scripts import WAIT_TIMEOUT_MS, script_source
 from scrapy_leased.topology import (
     LeasedRedisCluster,
     RedisUrlError,
@@ -75,11 +77,13 @@ def cluster():
         c.close()
 
 
-def assert_finished(w, timeout: float = WAIT) -> None:
+def assert_finished(w, timeout: float = WAIT, clean: bool = True) -> None:
+    """Exit status 0, close reason 'finished' and (``clean``) no traceback logged."""
     rc = w.wait(timeout)
     assert rc == 0, f"worker {w.name} rc={rc}\n{w.log_tail(60)}"
     assert w.close_reason() == "finished", f"worker {w.name}\n{w.log_tail(60)}"
-    assert "Traceback" not in w.log_text(), f"worker {w.name}\n{w.log_tail(80)}"
+    if clean:
+        assert "Traceback" not in w.log_text(), f"worker {w.name}\n{w.log_tail(80)}"
 
 
 def read_crawl(r: Any, crawl_id: str) -> dict[str, Any]:
@@ -111,6 +115,10 @@ def assert_every_page_fetched(site, pages: int) -> Counter:
     assert not missing, f"{len(missing)} pages never fetched: {sorted(missing)[:20]}"
     assert set(counts) == site.all_page_paths(), set(counts) - site.all_page_paths()
     return counts
+
+
+def script_sha(name: str) -> str:
+    return hashlib.sha1(script_source(name).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- URLs
@@ -234,21 +242,29 @@ async def _until(call, timeout: float = 30) -> Any:
             await asyncio.sleep(0.1)
 
 
+@pytest.mark.parametrize("wait_replicas", [0, 1])
 def test_sentinel_failover_mid_crawl_loses_nothing(sentinel_group, make_site, start_worker,
-                                                  crawl_id):
+                                                  crawl_id, wait_replicas):
     """3 workers, 2,000 pages, items upserted into the crawl's Redis: the master is killed
     with kill -9 at 600 pages done and Sentinel promotes a replica. Every worker ends
     'finished', every page is fetched, done == 2,000, nothing queued or leased, no dead
     letter, a record for every page; then ``scrapy leased status`` reads the crawl
-    through the sentinels."""
+    through the sentinels. The promoted replica never saw the scripts (SCRIPT LOAD is
+    not replicated): the workers' NOSCRIPT reload is exercised too. Run without and
+    with ``wait_replicas=1``."""
     g = sentinel_group
     pages = 2000
     site = make_site(pages=pages)
-    ws = [start_worker(g.url, crawl_id, site.url + "/p/0", name=f"w{i}", settings=HA)
+    url = g.url + (f"&wait_replicas={wait_replicas}" if wait_replicas else "")
+    ws = [start_worker(url, crawl_id, site.url + "/p/0", name=f"w{i}", settings=HA)
           for i in range(3)]
     k = CrawlKeys(crawl_id)
     r = g.client()
     wait_for(lambda: int(r.hget(k.stats, "done") or 0) >= 600, WAIT, "600 pages done", ws)
+    claim_sha = script_sha("claim")
+    assert r.script_exists(claim_sha) == [True]
+    assert all(srv.client().script_exists(claim_sha) == [False]
+               for srv in g.servers if srv is not g.master())
     old = g.kill_master()
     t_kill = time.monotonic()
     fetched_at_kill = len(site.entries())
@@ -258,6 +274,7 @@ def test_sentinel_failover_mid_crawl_loses_nothing(sentinel_group, make_site, st
         assert_finished(w)
 
     r = new.client()
+    assert r.script_exists(claim_sha) == [True]  # loaded again after NOSCRIPT
     st = read_crawl(r, crawl_id)
     counts = assert_every_page_fetched(site, pages)
     twice = sum(1 for n in counts.values() if n > 1)
@@ -344,6 +361,9 @@ def test_cluster_slot_migration_and_shard_failover_mid_crawl(cluster, make_site,
         return int(r.hget(k.stats, "done") or 0)
 
     wait_for(lambda: done() >= 500, WAIT, "500 pages done", ws)
+    doc = status_json(cluster.url, crawl_id, "--sample", "0")  # read while it crawls
+    assert doc["done"] >= 500 and doc["workers_alive"] == 3, doc
+    assert doc["budget"]["lanes_total"] in (0, 1), doc
     t0 = time.monotonic()
     done_before = done()
     moved = cluster.migrate_slot(slot, dest, batch=5, pause=0.02)
@@ -351,6 +371,8 @@ def test_cluster_slot_migration_and_shard_failover_mid_crawl(cluster, make_site,
     done_after = done()
     assert cluster.owner(slot) is dest
     wait_for(lambda: done() >= 1300, WAIT, "1,300 pages done", ws)
+    replica = cluster.replicas_of(dest.port)[0]
+    assert replica.client().script_exists(script_sha("claim")) == [False]
     cluster.kill(dest)
     t_kill = time.monotonic()
     cluster.wait_failover(dest)
@@ -360,6 +382,8 @@ def test_cluster_slot_migration_and_shard_failover_mid_crawl(cluster, make_site,
 
     r.close()
     r = cluster.client()
+    assert cluster.owner(slot) is replica
+    assert replica.client().script_exists(script_sha("claim")) == [True]  # after NOSCRIPT
     st = read_crawl(r, crawl_id)
     counts = assert_every_page_fetched(site, pages)
     logs = "\n".join(w.log_text() for w in ws)
@@ -384,7 +408,7 @@ def test_fleet_commands_on_a_cluster(cluster, make_site, start_worker, crawl_id,
     poison = "/p/57"
     w = start_worker(url, crawl_id, site.url + "/p/0", name="w1",
                      settings={**HA, "LEASED_MAX_ATTEMPTS": 1}, args={"raise_path": poison})
-    assert_finished(w)
+    assert_finished(w, clean=False)  # the poison page's callback raises
     doc = status_json(url, crawl_id, "--sample", "0")
     assert (doc["done"], doc["todo"], doc["processing"], doc["dead"]) == (59, 0, 0, 1), doc
     assert doc["redis_used_memory"] > 0  # INFO of the master serving the crawl's slot
@@ -398,7 +422,7 @@ def test_fleet_commands_on_a_cluster(cluster, make_site, start_worker, crawl_id,
     assert "2 URLs, 1 queued, 1 already seen" in out, out
     w2 = start_worker(url, crawl_id, site.url + "/p/0", name="w2",
                       settings={**HA, "LEASED_MAX_ATTEMPTS": 1}, args={"raise_path": poison})
-    assert_finished(w2)
+    assert_finished(w2, clean=False)
     assert dead_json(url, crawl_id)["dead"] == 1
     ok(leased("dead", crawl_id, "--purge", "--redis-url", url))
     assert dead_json(url, crawl_id)["dead"] == 0
@@ -447,3 +471,70 @@ def test_crawl_keys_found_on_both_masters_of_a_migrating_slot(cluster, crawl_id)
     found, crawls = asyncio.run(scan())
     assert set(found) == expected
     assert crawls == [crawl_id]
+
+
+# --------------------------------------------------------------------------- WAIT
+
+
+def _commandstat(r: redis.Redis, name: str) -> int:
+    return int(r.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0))
+
+
+def test_wait_replicas_puts_writes_on_replicas_before_the_reply(sentinel_group, crawl_id):
+    """With wait_replicas=2 every claim and commit comes back only once both replicas
+    have it: read from each replica right after the call, the requests just queued and
+    the claim just made are there. Other scripts (renew, read) are not followed by WAIT."""
+    g = sentinel_group
+    k = CrawlKeys(crawl_id)
+    replicas = [srv for srv in g.servers if srv is not g.master()]
+    master = g.client()
+    waits0 = _commandstat(master, "wait")
+
+    async def main() -> None:
+        client = await connect(g.url + "&wait_replicas=2")
+        f = Frontier(client, k, lease_ms=30_000, max_attempts=4)
+        try:
+            for i in range(20):
+                queued = await f.enqueue([NewRequest(json.dumps({"u": f"http://h/{i}"}),
+                                                     0, 1, i)])
+                assert queued == [True]
+                for rep in replicas:
+                    assert rep.client().sismember(k.seen_bucket(1), i), (i, rep)
+                claim = await f.claim(1, "w1")
+                token = claim.claims[0][0]
+                for rep in replicas:
+                    assert rep.client().zscore(k.leases, token) is not None, (i, rep)
+            await f.renew("w1", [])
+            await f.counts()
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    assert _commandstat(master, "wait") - waits0 == 40  # 20 commits + 20 claims
+
+
+def test_wait_replicas_without_replicas_stalls_once_per_pause(redis_server, crawl_id, caplog):
+    """wait_replicas=1 on a Redis with no replica: the first write waits WAIT_TIMEOUT_MS,
+    is used anyway, one warning says so, and the next writes go without WAIT."""
+    r = redis_server.client()
+    waits0 = _commandstat(r, "wait")
+
+    async def main() -> list[bool]:
+        client = await connect(redis_server.url + "?wait_replicas=1")
+        f = Frontier(client, CrawlKeys(crawl_id), lease_ms=30_000, max_attempts=4)
+        try:
+            t = time.monotonic()
+            out = await f.enqueue([NewRequest(json.dumps({"u": "http://h/0"}), 0, 1, 0)])
+            assert time.monotonic() - t >= WAIT_TIMEOUT_MS / 1000 * 0.9
+            for i in range(1, 21):
+                out += await f.enqueue([NewRequest(json.dumps({"u": f"http://h/{i}"}),
+                                                   0, 1, i)])
+            return out
+        finally:
+            await client.aclose()
+
+    with caplog.at_level("WARNING", logger="scrapy_leased.scripts"):
+        assert asyncio.run(main()) == [True] * 21
+    assert _commandstat(r, "wait") - waits0 == 1
+    warnings = [rec.getMessage() for rec in caplog.records]
+    assert len(warnings) == 1 and "Only 0 of 1 replicas" in warnings[0], warnings
