@@ -17,7 +17,9 @@ the user and password are those of the Redis servers, ``sentinel_password`` (and
 ``sentinel_username``) those of the sentinels. The Cluster form lists startup nodes
 (port 6379 unless given); redis-py finds the others. Both also take the query options
 ``socket_timeout``, ``socket_connect_timeout``, ``socket_keepalive`` and
-``health_check_interval``.
+``health_check_interval``. Every form but the Cluster one takes ``wait_replicas=N``
+(scripts.py: WAIT N after the writes a worker acts on). No TLS to Sentinel or Cluster
+nodes yet.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import asyncio
 import logging
 import re
 import time
-from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -37,12 +39,13 @@ import redis.cluster
 import redis.sentinel
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError, TryAgainError
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import NoBackoff
+from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import TryAgainError
 from redis.retry import Retry as SyncRetry
 from redis.sentinel import MasterNotFoundError
 
@@ -248,10 +251,6 @@ def _build(target: RedisTarget, options: dict[str, Any], sync: bool) -> Any:
                               **auth, **options)
 
 
-def is_cluster(client: Any) -> bool:
-    return isinstance(client, (AsyncRedisCluster, redis.cluster.RedisCluster))
-
-
 async def server_info(client: Any, section: str, key: str) -> dict[str, Any]:
     """INFO ``section`` of the server holding ``key`` (on a cluster: its slot's master)."""
     if isinstance(client, AsyncRedisCluster):
@@ -293,6 +292,16 @@ def _master_not_found(name: str, errors: list[str]) -> MasterNotFoundError:
     return MasterNotFoundError(f"No master found for {name!r}{why}")
 
 
+def _found(manager: Any, name: str, i: int, masters: dict[str, Any]) -> tuple[Any, Any] | None:
+    """The master's address if sentinel ``i`` names it in good state (that sentinel is
+    then asked first next time), as redis-py's discover_master does."""
+    state = masters.get(name)
+    if not (state and manager.check_master_state(state, name)):
+        return None
+    manager.sentinels[0], manager.sentinels[i] = manager.sentinels[i], manager.sentinels[0]
+    return state["ip"], state["port"]
+
+
 class AsyncSentinelGroup(AsyncSentinel):
     """redis-py's Sentinel manager, whose "no master found" error names each sentinel
     by its address and its error in a line (redis-py's prints every client's repr)."""
@@ -301,14 +310,12 @@ class AsyncSentinelGroup(AsyncSentinel):
         errors = []
         for i, sentinel in enumerate(self.sentinels):
             try:
-                masters = await sentinel.sentinel_masters()
+                found = _found(self, service_name, i, await sentinel.sentinel_masters())
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 errors.append(f"{_where(sentinel)} {type(exc).__name__}: {exc}")
                 continue
-            state = masters.get(service_name)
-            if state and self.check_master_state(state, service_name):
-                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]
-                return state["ip"], state["port"]
+            if found:
+                return found
         raise _master_not_found(service_name, errors)
 
 
@@ -319,14 +326,12 @@ class SentinelGroup(redis.sentinel.Sentinel):
         errors = []
         for i, sentinel in enumerate(self.sentinels):
             try:
-                masters = sentinel.sentinel_masters()
+                found = _found(self, service_name, i, sentinel.sentinel_masters())
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 errors.append(f"{_where(sentinel)} {type(exc).__name__}: {exc}")
                 continue
-            state = masters.get(service_name)
-            if state and self.check_master_state(state, service_name):
-                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]
-                return state["ip"], state["port"]
+            if found:
+                return found
         raise _master_not_found(service_name, errors)
 
 
@@ -404,8 +409,9 @@ class LeasedRedisCluster(AsyncRedisCluster):
                 if self._migrating_since is None:  # logged once per migration
                     self._migrating_since = now
                     logger.info("Redis Cluster refuses commands while a slot migrates "
-                                "(%(exc)s): sending them again until the migration ends",
-                                {"exc": exc})
+                                "(%(why)s): sending them again until the migration ends",
+                                {"why": "TRYAGAIN" if isinstance(exc, TryAgainError) else
+                                 "redis-py gave up after 16 MOVED/ASK/TRYAGAIN replies"})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MIGRATION_BACKOFF_CAP_SECONDS)
                 continue

@@ -95,13 +95,7 @@ class SentinelServer(RedisServer):
 
     def _write_config(self) -> Path:
         name = self.master_name
-        lines = [
-            f"port {self.port}",
-            "bind 127.0.0.1",
-            "protected-mode no",
-            "daemonize no",
-            f'dir "{self.dir}"',
-            f'logfile "{self.log_path}"',
+        lines = self._base_config() + [
             f"sentinel monitor {name} 127.0.0.1 {self.master_port} {self.quorum}",
             f"sentinel down-after-milliseconds {name} {self.down_after_ms}",
             f"sentinel failover-timeout {name} {self.failover_timeout_ms}",

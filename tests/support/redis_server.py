@@ -151,15 +151,20 @@ class RedisServer:
             return ""
 
     # -- config ------------------------------------------------------------
-    def _write_config(self) -> Path:
+    def _base_config(self) -> list[str]:
+        """Where it listens, runs and logs (every kind of server of the tests)."""
         assert self.port is not None
-        lines = [
+        return [
             f"port {self.port}",
             "bind 127.0.0.1",
             "protected-mode no",
             "daemonize no",
             f'dir "{self.dir}"',
             f'logfile "{self.log_path}"',
+        ]
+
+    def _write_config(self) -> Path:
+        lines = self._base_config() + [
             "loglevel notice",
             'save ""',
             "databases 16",
