@@ -376,12 +376,54 @@ def _not_run(exc: Exception) -> bool:
         type(exc) is ClusterError and "TTL exhausted" in str(exc))
 
 
+#: The node whose next command carries ASKING: set by ``ASKING`` and taken by the very
+#: next command, which redis-py sends right after it with no await in between (no
+#: other task can run there, whatever the number of clients).
+_asking_next: Any = None
+
+
+class _AskingNode(AsyncClusterNode):
+    """A cluster node that sends ASKING on the same connection as the command after it.
+
+    redis-py sends an ASK redirection as two commands, ASKING then the command, each on
+    a connection taken from the node's pool in turn: with several pooled connections
+    they land on different ones, the importing node answers MOVED (back to the old
+    owner, which answers ASK again) and the command ping-pongs until redis-py gives up,
+    for as long as the migration lasts. Here ASKING only marks the node, and the next
+    command goes out as ASKING + command in one write on one connection."""
+
+    __slots__ = ()
+
+    async def execute_command(self, *args: Any, asking: bool = False, **kwargs: Any) -> Any:
+        global _asking_next
+        if args == ("ASKING",):
+            _asking_next = self
+            return True
+        if _asking_next is not self:
+            _asking_next = None
+            return await super().execute_command(*args, asking=asking, **kwargs)
+        _asking_next = None
+        connection = self.acquire_connection()
+        try:
+            await self.disconnect_if_needed(connection)
+            await connection.send_packed_command(
+                connection.pack_commands([("ASKING",), args]))
+            await self.parse_response(connection, "ASKING")
+            return await self.parse_response(connection, args[0], **kwargs)
+        except BaseException:
+            await connection.disconnect()  # a reply may be left unread on it
+            raise
+        finally:
+            self.release(connection)
+
+
 class LeasedRedisCluster(AsyncRedisCluster):
     """redis-py's asyncio cluster client, which also waits out a migration of the slot:
     while a slot migrates, a script whose keys are split between the two nodes (or
     not all present on one) is refused with TRYAGAIN, and redis-py gives up after 16
     redirections; such a command did not run, so it is sent again with backoff for up
-    to MIGRATION_RETRY_SECONDS. MOVED, ASK and failovers are redis-py's own handling."""
+    to MIGRATION_RETRY_SECONDS. Its nodes send ASK redirections correctly
+    (``_AskingNode``); MOVED and failovers are redis-py's own handling."""
 
     #: commands refused by a slot migration and sent again (for logs and tests)
     migration_retries = 0
@@ -391,6 +433,7 @@ class LeasedRedisCluster(AsyncRedisCluster):
         started: float | None = None
         delay = 0.01
         while True:
+            self._adopt_nodes()
             try:
                 result = await super().execute_command(*args, **kwargs)
             except RedisClusterException as exc:
@@ -422,3 +465,10 @@ class LeasedRedisCluster(AsyncRedisCluster):
                              "n": self.migration_retries})
                 self._migrating_since = None
             return result
+
+    def _adopt_nodes(self) -> None:
+        """Make every known node an ``_AskingNode`` (redis-py creates plain ones when it
+        learns the topology; the classes share their layout)."""
+        for node in self.nodes_manager.nodes_cache.values():
+            if type(node) is AsyncClusterNode:
+                node.__class__ = _AskingNode

@@ -538,3 +538,60 @@ def test_wait_replicas_without_replicas_stalls_once_per_pause(redis_server, craw
     assert _commandstat(r, "wait") - waits0 == 1
     warnings = [rec.getMessage() for rec in caplog.records]
     assert len(warnings) == 1 and "Only 0 of 1 replicas" in warnings[0], warnings
+
+
+def test_ask_and_tryagain_while_the_crawls_slot_migrates(cluster, crawl_id):
+    """Half-way through a migration of the crawl's slot: commands on keys already moved
+    are answered by the importing master at once (ASK, with ASKING on the command's own
+    connection, however many connections the client holds there); a commit whose keys
+    are split between the two masters is refused (TRYAGAIN), sent again until the
+    migration ends, and runs exactly once."""
+    k = CrawlKeys(crawl_id)
+    slot = cluster.keyslot(k.meta)
+    source = cluster.owner(slot)
+    dest = next(m for m in cluster.masters() if m is not source)
+    src, dst = source.client(), dest.client()
+    other = next(f"x{i}" for i in range(10_000) if cluster.owner(cluster.keyslot(f"x{i}")) is dest)
+
+    async def main() -> None:
+        client = await connect(cluster.url)
+        f = Frontier(client, k, lease_ms=30_000, max_attempts=4)
+        try:
+            await f.check_layout(14)
+            await f.enqueue([NewRequest(json.dumps({"u": f"http://h/{i}"}), 0, i, i)
+                             for i in range(5)])
+            # several pooled connections to the importing master
+            await asyncio.gather(*[client.set(other, i) for i in range(20)])
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id())
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dest.node_id())
+            src.execute_command("MIGRATE", "127.0.0.1", dest.port, "", 0, 5000, "KEYS",
+                                k.meta, k.seen_bucket(1))
+            assert dst.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 2
+            # ASK: answered by the importing master, nothing refused
+            got = await asyncio.gather(*[client.hget(k.meta, "seen_bucket_bits")
+                                         for _ in range(30)])
+            assert got == [b"14"] * 30
+            assert await client.sismember(k.seen_bucket(1), 1) == 1
+            assert client.migration_retries == 0
+
+            def finish_migration() -> None:  # once a refused commit was seen
+                wait_for(lambda: client.migration_retries > 0, 30, "a refused command")
+                while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                    src.execute_command("MIGRATE", "127.0.0.1", dest.port, "", 0, 5000,
+                                        "KEYS", *keys)
+                for node in [dest, source] + [m for m in cluster.masters()
+                                              if m not in (source, dest)]:
+                    node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE",
+                                                  dest.node_id())
+
+            done = asyncio.ensure_future(asyncio.to_thread(finish_migration))
+            queued = await f.enqueue([NewRequest(json.dumps({"u": "http://h/new"}), 0, 9, 99)])
+            await done
+            assert queued == [True] and client.migration_retries > 0
+            counts = await f.counts()
+            assert (counts["todo"], counts["total_enqueued"]) == (6, 6), counts  # ran once
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    assert cluster.owner(slot) is dest
