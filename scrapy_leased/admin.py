@@ -44,10 +44,6 @@ BATCH = 500  # requests per seeding commit, dead letters per requeue/purge call
 LANES_SHOWN = 10  # lanes (hosts) listed by status
 
 
-def _ms(t: Sequence[Any]) -> int:
-    return int(t[0]) * 1000 + int(t[1]) // 1000
-
-
 def glob_escape(text: str) -> str:
     """``text`` as a literal inside a Redis MATCH pattern."""
     return "".join("\\" + c if c in "*?[]\\{}^-" else c for c in text)

@@ -289,6 +289,28 @@ def test_sentinel_failover_mid_crawl_loses_nothing(sentinel_group, make_site, st
     assert "sentinel-secret" not in json.dumps(doc) and "data-secret" not in json.dumps(doc)
 
 
+def test_fleet_commands_through_sentinel(sentinel_group, crawl_id):
+    """seed, status, dead and reset with a redis+sentinel:// URL (passwords for the
+    servers and the sentinels), after a failover as before it."""
+    g = sentinel_group
+    url = g.url
+    out = ok(leased("seed", crawl_id, "http://127.0.0.1:9/p/1", "http://127.0.0.1:9/p/2",
+                    "--redis-url", url))
+    assert "2 URLs, 2 queued" in out, out
+    g.wait_failover(g.kill_master())
+    doc = status_json(url, crawl_id, "--sample", "0")
+    assert (doc["todo"], doc["done"], doc["dead"]) == (2, 0, 0), doc
+    assert "***" in doc["redis"] and "secret" not in doc["redis"], doc["redis"]
+    assert dead_json(url, crawl_id)["dead"] == 0
+    out = ok(leased("reset", crawl_id, "--yes", "--redis-url", url))
+    assert "deleted" in out, out
+    one_error(leased("status", crawl_id, "--redis-url", url), "unknown crawl")
+    bad = url.replace("sentinel_password=sentinel-secret", "sentinel_password=nope")
+    line = one_error(leased("status", crawl_id, "--redis-url", bad), "cannot reach Redis",
+                     "--redis-url", "AuthenticationError")
+    assert "nope" not in line and "secret" not in line, line
+
+
 # --------------------------------------------------------------------------- Cluster
 
 

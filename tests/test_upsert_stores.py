@@ -315,9 +315,11 @@ def test_items_arriving_during_a_write_go_together_in_the_next_one(redis_server,
 
 
 def test_a_store_error_raises_from_process_item_then_writes_resume(crawl_id):
-    """Redis goes away under the pipeline: the item's process_item raises (Scrapy then
-    sends item_error and the scheduler fails the claim); once Redis is back, writes
-    resume on the same pipeline."""
+    """Redis goes away under the pipeline: a write waits for it (a restart, a failover)
+    up to the store's outage retry time and succeeds when Redis is back within it;
+    past it, the item's process_item raises (Scrapy then sends item_error and the
+    scheduler fails the claim); once Redis is back, writes resume on the same
+    pipeline."""
     srv = RedisServer(appendonly=True).start()
     try:
         async def main():
@@ -326,6 +328,13 @@ def test_a_store_error_raises_from_process_item_then_writes_resume(crawl_id):
             try:
                 await pipe.process_item({"url": "before"})
                 srv.stop()
+                waiting = asyncio.ensure_future(pipe.process_item({"url": "waits"}))
+                await asyncio.sleep(0.3)
+                assert not waiting.done()  # retrying, not failed
+                await asyncio.to_thread(srv.start)
+                await waiting
+                srv.stop()
+                pipe.store.outage_retry_seconds = 0.5
                 with pytest.raises(StoreError, match="cannot write 1 items to Redis"):
                     await pipe.process_item(from_claim(crawler, {"url": "during"}, 3))
                 srv.start()
@@ -335,10 +344,10 @@ def test_a_store_error_raises_from_process_item_then_writes_resume(crawl_id):
             return crawler
 
         crawler = asyncio.run(main())
-        assert stat(crawler, "errors") == 1 and stat(crawler, "written") == 2
+        assert stat(crawler, "errors") == 1 and stat(crawler, "written") == 3
         assert stat(crawler, "batches_failed") == 1
         stored = redis_records(srv.client(), CrawlKeys(crawl_id).records("dict"))
-        assert set(stored) == {"before", "after"}
+        assert set(stored) == {"before", "waits", "after"}
     finally:
         srv.close()
 

@@ -82,10 +82,10 @@ def _url(settings: BaseSettings) -> str | None:
     if scheme in REDIS_SCHEMES:  # the reason a Redis URL is wrong, naming the setting
         return check_redis_url(url, "LEASED_UPSERT_URL")
     raise LeasedConfigError(
-            f"LEASED_UPSERT_URL ({redact(url)!r}) must be a redis://, rediss://, unix://, "
-            "redis+sentinel://, redis+cluster://, sqlite:/// or postgresql:// URL (or unset: "
-            "the crawl's Redis)."
-        )
+        f"LEASED_UPSERT_URL ({redact(url)!r}) must be a redis://, rediss://, unix://, "
+        "redis+sentinel://, redis+cluster://, sqlite:/// or postgresql:// URL (or unset: "
+        "the crawl's Redis)."
+    )
 
 
 def _key_fields(settings: BaseSettings) -> tuple[str, ...] | None:

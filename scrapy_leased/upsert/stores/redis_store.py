@@ -36,6 +36,7 @@ class RedisStore(Store):
         self.description = f"Redis {redact(url)}"
         self.client: Any = None
         self._upsert: Any = None
+        self.outage_retry_seconds = OUTAGE_RETRY_SECONDS
 
     def hash_key(self, table: str) -> str:
         return self.keys.records(table, self.prefix)
@@ -59,7 +60,7 @@ class RedisStore(Store):
             try:
                 out = await self._upsert(keys=keys, args=args)
             except (RedisConnectionError, RedisTimeoutError, OSError):
-                if time.monotonic() - started > OUTAGE_RETRY_SECONDS:
+                if time.monotonic() - started > self.outage_retry_seconds:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, OUTAGE_BACKOFF_CAP_SECONDS)
