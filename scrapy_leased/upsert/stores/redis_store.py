@@ -1,8 +1,8 @@
 """Records in Redis: one HASH per item type, ``leased:{<crawl>}:<prefix>:<type>``,
 field = key, value = ``{"fence":..,"updated":..,"type":..,"item":{..}}`` (lua/upsert.lua).
 
-A write that meets a lost connection (Redis restarting, a Sentinel or Cluster failover
-under way) is sent again with backoff for up to OUTAGE_RETRY_SECONDS before its items
+A write that meets a lost connection or CLUSTERDOWN (Redis restarting, a Sentinel or
+Cluster failover under way) is sent again with backoff for up to OUTAGE_RETRY_SECONDS before its items
 fail: a fenced upsert applied twice leaves what applying it once leaves."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -59,7 +60,7 @@ class RedisStore(Store):
         while True:
             try:
                 out = await self._upsert(keys=keys, args=args)
-            except (RedisConnectionError, RedisTimeoutError, OSError):
+            except (RedisConnectionError, RedisTimeoutError, ClusterDownError, OSError):
                 if time.monotonic() - started > self.outage_retry_seconds:
                     raise
                 await asyncio.sleep(delay)
