@@ -136,6 +136,10 @@ def script_sha(name: str) -> str:
     ("redis+cluster://:pw@n1:7000/0?health_check_interval=5", "cluster", (("n1", 7000),),
      {"password": "pw", "options": {"health_check_interval": 5}}),
     ("redis://h:6379/2", "server", (), {}),
+    ("redis://h:6379/2?wait_replicas=1&socket_timeout=3", "server", (),
+     {"wait_replicas": 1, "url": "redis://h:6379/2?socket_timeout=3"}),
+    ("redis+sentinel://s1/m/0?wait_replicas=2&sentinel_password=x", "sentinel",
+     (("s1", 26379),), {"wait_replicas": 2, "sentinel_password": "x"}),
     ("unix:///tmp/r.sock", "server", (), {}),
 ])
 def test_urls_name_a_topology(url, kind, hosts, extra):
@@ -164,6 +168,9 @@ def _settings(**kw: Any):
     ("LEASED_REDIS_URL", "redis+cluster://n1?socket_timeout=soon", ["invalid value",
                                                                      "socket_timeout"]),
     ("LEASED_REDIS_URL", "rediss+sentinel://s1/m", ["redis+sentinel://", "redis+cluster://"]),
+    ("LEASED_REDIS_URL", "redis://h/0?wait_replicas=all", ["wait_replicas='all'"]),
+    ("LEASED_REDIS_URL", "redis+cluster://n1?wait_replicas=1", ["wait_replicas",
+                                                               "redis+cluster:// URLs do not"]),
     ("LEASED_UPSERT_URL", "redis+sentinel://s1", ["LEASED_UPSERT_URL", "must name the master"]),
 ])
 def test_bad_urls_are_refused_naming_the_setting(setting, url, words):
