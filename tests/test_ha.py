@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import threading
+import os
 import time
 from collections import Counter
 from typing import Any
@@ -29,18 +29,12 @@ from scrapy_leased.connection import LeasedRedisError, check_reachable, connect,
 from scrapy_leased.frontier import Frontier, NewRequest, as_str
 from scrapy_leased.keys import CrawlKeys
 from scrapy_leased.scripts import WAIT_TIMEOUT_MS, script_source
-from scrapy_leased.topology import (
-    LeasedRedisCluster,
-    RedisUrlError,
-    parse_redis_url,
-    redact,
-)
+from scrapy_leased.topology import RedisUrlError, parse_redis_url, redact
 from tests.support.redis_ha import RedisCluster, SentinelGroup, find_redis_cli
 from tests.support.workers import wait_for
 from tests.test_commands import dead_json, leased, ok, one_error, status_json
 
 WAIT = 180  # hang guard for a whole crawl, not a check
-LANE = "127.0.0.1"
 # Leases outlive an outage of a few seconds (no expiry while Redis fails over), and a
 # claim whose reply was lost in the kill comes back within seconds.
 HA = {"LEASED_LEASE_SECONDS": 6, "LEASED_RENEW_INTERVAL": 1, "LEASED_SWEEP_INTERVAL": 0.5}
@@ -50,8 +44,6 @@ def _cli_or_skip() -> None:
     try:
         find_redis_cli()
     except RuntimeError as exc:
-        import os
-
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"{exc}; CI=true, where the cluster tests must run", pytrace=False)
         pytest.skip(str(exc))
