@@ -459,6 +459,82 @@ def redis_benchmark(srv: Any, clients: int = 32, n: int = 200_000) -> dict[str, 
     return out
 
 
+def script_costs(srv: Any, calls: int = 2000, log: Any = print) -> list[dict[str, Any]]:
+    """Redis CPU per call of claim.lua and commit.lua alone, one client, one call at a
+    time, for a few shapes (candidate lanes, requests per claim, pages per commit), with
+    the trivial script as the cost of a round trip: input for making the scripts cheaper."""
+    from scrapy_leased.connection import make_client
+    from scrapy_leased.frontier import NO_BUDGET, Frontier
+    from scrapy_leased.keys import CrawlKeys
+
+    hosts = 32
+    r = srv.client()
+    r.flushall()
+    r.close()
+    seed(srv.url, 100_000, hosts)  # 3,125 a lane: more than any case below takes
+    pool = seed_requests(100_000, hosts)
+    rows: list[dict[str, Any]] = []
+
+    async def go() -> None:
+        f = Frontier(make_client(srv.url), CrawlKeys(CRAWL_ID), lease_ms=LEASE_MS,
+                     max_attempts=4)
+        lanes_all = [host(i) for i in range(hosts)]
+        trivial = f.client.register_script(TRIVIAL)
+        held: list[tuple[int, Any]] = []
+        rng = random.Random(7)
+        counter = [0]
+
+        def links(env: Any) -> list[Any]:
+            out = []
+            for k in range(LINKS_NEW):
+                counter[0] += 1
+                lane = env.lane if k < 2 else host(rng.randrange(hosts))
+                out.append(new_request(f"https://{lane}/p/c{counter[0]}", "https://x/", lane))
+            return out + [pool[rng.randrange(len(pool))] for _ in range(LINKS_DUP)]
+
+        async def timed(label: str, n: int, call: Any, per_call_pages: float) -> None:
+            c = srv.client()
+            cpu0 = redis_cpu(c)
+            for _ in range(n):
+                await call()
+            cpu1 = redis_cpu(c)
+            c.close()
+            us = 1e6 * (cpu1 - cpu0) / n
+            rows.append({"case": label, "calls": n, "us_per_call": us,
+                         "units": per_call_pages})
+            log(f"  script cost {label}: {us:.1f} µs per call")
+
+        await timed("trivial script (`return 1`)", calls, lambda: trivial(), 0)
+        turn = [0]
+        for want, nl in ((1, 1), (1, 8), (1, 32), (16, 1), (16, 32)):
+            async def claim(want: int = want, nl: int = nl) -> None:
+                # candidates: nl lanes, the first one different at each call (each lane
+                # holds 3,125 requests: none runs dry)
+                turn[0] += 1
+                cands = [(lanes_all[(turn[0] + i) % hosts], NO_BUDGET) for i in range(nl)]
+                res = await f.claim(want, "cost", cands)
+                held.extend(res.claims)
+            before = len(held)
+            n = calls // 4 if want == 1 else calls // 16
+            await timed(f"claim.lua: {want} request{'s' if want > 1 else ''} from "
+                        f"{nl} candidate lane{'s' if nl > 1 else ''}", n, claim, want)
+            if len(held) - before != n * want:
+                raise RuntimeError(f"claim cost: {len(held) - before} claimed, not {n * want}")
+        for pages in (1, 16):
+            async def commit(pages: int = pages) -> None:
+                done = [held.pop() for _ in range(pages)]
+                new = [x for _, env in done for x in links(env)]
+                await f.commit(new, [(t, env.rid) for t, env in done])
+            n = min(calls // 4, len(held) // pages)
+            await timed(f"commit.lua: {pages} page{'s' if pages > 1 else ''} "
+                        f"({10 * pages} links, {pages} ack{'s' if pages > 1 else ''})", n,
+                        commit, pages)
+        await f.client.aclose()
+
+    asyncio.run(go())
+    return rows
+
+
 # -- summaries --------------------------------------------------------------------------
 
 
@@ -528,7 +604,7 @@ def script_shas() -> dict[str, str]:
 
 def measure(fleets: list[int], procs: int, latency: tuple[float, float], hosts: int,
             seeds: int, window: float, profile: bool, busy_workers: int,
-            one_host: int = 0, log: Any = print) -> dict[str, Any]:
+            one_host: int = 0, log: Any = print, cost_calls: int = 2000) -> dict[str, Any]:
     """The fleets at ``latency`` and ``hosts``, then (when not 0) a busy fleet (no
     latency) and a fleet on one host (one lane), the trivial-script ceilings, and the
     SLOWLOG window at the largest fleet (``profile``)."""
@@ -548,6 +624,7 @@ def measure(fleets: list[int], procs: int, latency: tuple[float, float], hosts: 
         c.close()
         out["redis_benchmark"] = redis_benchmark(srv)
         log(f"trivial EVALSHA, redis-benchmark: {out['redis_benchmark']}")
+        out["script_costs"] = script_costs(srv, calls=cost_calls, log=log)
         for w, lat, h, label in plan:
             res = run_fleet(srv, min(procs, w), w, lat, h, seeds, window)
             res["per_page"] = per_page(res)
@@ -577,6 +654,20 @@ def measure(fleets: list[int], procs: int, latency: tuple[float, float], hosts: 
     finally:
         srv.close()
     return out
+
+
+def cost_report(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown table of script_costs()."""
+    base = rows[0]["us_per_call"]
+    lines = ["| call (one client, one call at a time) | calls | Redis CPU µs / call | above the "
+             "trivial call | above it, per request claimed or page committed |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        above = r["us_per_call"] - base
+        per = f"{above / r['units']:.1f}" if r["units"] else ""
+        lines.append(f"| {r['case']} | {r['calls']:,} | {r['us_per_call']:.1f} | "
+                     f"{above:.1f} | {per} |")
+    return lines
 
 
 def report(out: dict[str, Any]) -> list[str]:

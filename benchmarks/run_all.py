@@ -599,7 +599,7 @@ def section_frontier(quick: bool, raw: dict) -> dict:
     wait_quiet()
     t0 = time.monotonic()
     out = bf.measure(fleets, procs, latency, hosts, seeds, window, True, busy, one_host,
-                     log=note)
+                     log=note, cost_calls=800 if quick else 2000)
     emit(f"Load average after: {load()} ({time.monotonic() - t0:.0f} s)")
     emit()
     raw["frontier"] = out
@@ -635,6 +635,15 @@ def section_frontier(quick: bool, raw: dict) -> dict:
              f"script (`EXISTS`, measured as a script of {bf.NESTED} of them against the "
              f"trivial one): {rb.get('nested_call_us', 0):.2f} µs of Redis CPU.")
         emit()
+    emit("What each script costs Redis alone (`bench_frontier.script_costs`: one client, "
+         "one call at a time, against a queue of 100,000 requests over 32 lanes; Redis CPU "
+         "by `INFO cpu` over the calls, so a call's wake-up of an idle server is in every "
+         "row, and the trivial script's row is the cost of a round trip). Pages committed: "
+         "10 links each (7 duplicates, 3 new) and an ack:")
+    emit()
+    for line in bf.cost_report(out["script_costs"]):
+        emit(line)
+    emit()
     emit("This machine cannot saturate Redis with these clients: the simulated workers "
          "(Python, redis-py) need more CPU per page than Redis does and share its 2 cores, "
          "so pages per Redis CPU-second (the pages/s one Redis core would sustain) is the "
@@ -648,9 +657,12 @@ def section_frontier(quick: bool, raw: dict) -> dict:
              f"sampled every 50 ms: Redis time per call of each script; `INFO commandstats` "
              f"for the commands run inside them). EVALSHA time per page "
              f"{prof['evalsha_us_per_page']:.0f} µs, of which the commands the scripts run "
-             f"{prof['nested_us_per_page']:.0f} µs; the rest "
-             f"({prof['evalsha_us_per_page'] - prof['nested_us_per_page']:.0f} µs) is Lua and "
-             f"the cost of each `redis.call` around the command itself.")
+             f"{prof['nested_us_per_page']:.0f} µs (each command alone); the rest "
+             f"({prof['evalsha_us_per_page'] - prof['nested_us_per_page']:.0f} µs) is the Lua "
+             f"code and argument handling around the commands. These are wall-clock "
+             f"durations as Redis records them: on a loaded machine they include time the "
+             f"server was descheduled mid-script (Redis CPU per page in this window: "
+             f"{1e6 * fl['redis_cores'] / fl['pages_per_s']:.0f} µs).")
         emit()
         emit("| script | calls / page | Redis µs / call (p90) | Redis µs / page | samples |")
         emit("| --- | ---: | ---: | ---: | ---: |")
