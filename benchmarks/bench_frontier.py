@@ -1,6 +1,6 @@
 """Fleet-scale frontier: how many pages/s one Redis sustains, and what each page costs it.
 
-    python benchmarks/bench_frontier.py [--quick] [--fleets 8,32,96] [--window 12]
+    python benchmarks/bench_frontier.py [--quick] [--fleets 4,8,16,32] [--window 12] [--profile]
 
 No HTTP and no Scrapy: many simulated workers, spread over ``--procs`` processes, do
 to Redis exactly what a scrapy_leased worker does, with ``scrapy_leased.frontier.
@@ -153,6 +153,7 @@ class SimWorker:
         self.lanes: list[str] = []
         self.kick = asyncio.Event()
         self.n = 0
+        self.stopped = False
 
     def _on_commit(self, batch: Any, result: Any) -> None:
         if self.window.inside():
@@ -195,6 +196,8 @@ class SimWorker:
                 timer.cancel()
 
     def _page_done(self, token: int, env: Any) -> None:
+        if self.stopped:
+            return  # after the run: its lease just expires (the next run flushes Redis)
         page = f"https://{env.lane}/p/{env.rid}"
         rng = self.rng
         for k in range(LINKS_NEW):
@@ -270,6 +273,7 @@ async def child(cfg: dict[str, Any]) -> dict[str, Any]:
     await asyncio.sleep(max(0.0, cfg["stop_at"] - time.time()))
     stop.set()
     for w in workers:
+        w.stopped = True
         w.kick.set()
     await asyncio.gather(*tasks, return_exceptions=False)
     for w in workers:
@@ -549,7 +553,13 @@ def per_page(res: dict[str, Any]) -> dict[str, Any]:
     sent = sum(c["calls"] for k, c in calls.items() if k in SENT)
     evalsha = calls.get("evalsha", {"calls": 0})["calls"]
     c = res["counts"]
+    lo, hi = res["latency"]
+    # what the fleet would do if its workers never waited for CPU: every worker keeps
+    # CONCURRENCY pages in flight, each lasting the mean latency
+    offered = res["workers"] * CONCURRENCY / ((lo + hi) / 2000) if hi > 0 else None
     return {
+        "offered_pages_per_s": offered,
+        "served_share": res["pages_per_s"] / offered if offered else None,
         "commands": total / pages, "sent": sent / pages, "evalsha": evalsha / pages,
         "by_script": {k: v / pages for k, v in sorted(res["script_calls"].items())},
         "redis_ms_per_1000": 1000 * res["redis_cpu_s"] / pages * 1000,
@@ -672,8 +682,8 @@ def cost_report(rows: list[dict[str, Any]]) -> list[str]:
 
 def report(out: dict[str, Any]) -> list[str]:
     """Markdown tables of a measure() result."""
-    lo, hi = out["latency"]
-    lines = ["| simulated workers | processes | hosts (lanes) | page latency | pages/s | Redis CPU, cores | "
+    lines = ["| simulated workers | processes | hosts (lanes) | page latency | pages/s (share of "
+             "the offered load) | Redis CPU, cores | "
              "Redis CPU s per 1,000 pages | pages per Redis CPU-second | commands run / page "
              "| round trips / page (per worker) | claim / commit / renew / sweep calls per "
              "page | requests per claim call | pages per commit | links that were "
@@ -686,8 +696,10 @@ def report(out: dict[str, Any]) -> list[str]:
         lat = f"{s['latency'][0]:.0f}-{s['latency'][1]:.0f} ms" if s["latency"][1] else "none"
         calls = " / ".join(f"{bs.get(k, 0):.3f}" for k in ("claim", "commit", "renew"))
         calls += f" / {bs.get('expired', 0) + bs.get('recover', 0):.3f}"
+        served = f" ({100 * pp['served_share']:.0f} %)" if pp["served_share"] else ""
         lines.append(
-            f"| {s['workers']} | {s['procs']} | {s['hosts']} | {lat} | {s['pages_per_s']:,.0f} | "
+            f"| {s['workers']} | {s['procs']} | {s['hosts']} | {lat} | "
+            f"{s['pages_per_s']:,.0f}{served} | "
             f"{s['redis_cores']:.2f} | {pp['redis_ms_per_1000'] / 1000:.3f} | "
             f"{pp['pages_per_redis_cpu_s'] or 0:,.0f} | {pp['commands']:.1f} | "
             f"{pp['sent']:.2f} | {calls} | {pp['claimed_per_claim_call'] or 0:.1f} | "
@@ -700,7 +712,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="small fleets, short windows")
-    ap.add_argument("--fleets", default="8,32,96", help="simulated workers per step")
+    ap.add_argument("--fleets", default="4,8,16,32", help="simulated workers per step")
     ap.add_argument("--procs", type=int, default=3, help="processes the workers run in")
     ap.add_argument("--latency", default="50,150", help="page latency range, ms")
     ap.add_argument("--hosts", type=int, default=64)

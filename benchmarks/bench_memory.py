@@ -99,6 +99,20 @@ def fill_sr_queue(r, spider, lo: int, hi: int) -> int:
     return new
 
 
+def bytes_per_item(r, checkpoints: list[int], fill) -> dict[int, float]:
+    """From an emptied server, ``fill(lo, hi)`` items up to each checkpoint: growth of
+    used_memory / items at each."""
+    r.flushall()
+    base = used_memory(r)
+    res: dict[int, float] = {}
+    done = 0
+    for cp in checkpoints:
+        fill(done, cp)
+        done = cp
+        res[cp] = (used_memory(r) - base) / cp
+    return res
+
+
 def measure(n: int, log=print) -> dict:
     checkpoints = sorted({c for c in (100_000, n) if c <= n})
     spider = BenchSpider()
@@ -115,15 +129,7 @@ def measure(n: int, log=print) -> dict:
         log(f"  fingerprints of {n:,} URLs: {time.perf_counter() - t0:.0f} s")
 
         def series(fill) -> dict[int, float]:
-            r.flushall()
-            base = used_memory(r)
-            res: dict[int, float] = {}
-            done = 0
-            for cp in checkpoints:
-                fill(done, cp)
-                done = cp
-                res[cp] = (used_memory(r) - base) / cp
-            return res
+            return bytes_per_item(r, checkpoints, fill)
 
         def leased_seen(lo: int, hi: int) -> None:
             assert fill_leased_commit(srv.url, keys, pairs[lo:hi]) == hi - lo
@@ -191,14 +197,10 @@ def measure_priorities(n: int, log=print) -> dict:
         keys = CrawlKeys(CRAWL_ID)
         for case, prio in (("priority 0", 0), ("8 priorities", None), ("priority 1", 1)):
             t0 = time.perf_counter()
-            r.flushall()
-            base = used_memory(r)
-            res: dict[int, float] = {}
-            done = 0
-            for cp in checkpoints:
-                assert fill_leased_queue(srv.url, keys, spider, done, cp, prio) == cp - done
-                done = cp
-                res[cp] = (used_memory(r) - base) / cp
+
+            def fill(lo: int, hi: int, prio: int | None = prio) -> None:
+                assert fill_leased_queue(srv.url, keys, spider, lo, hi, prio) == hi - lo
+            res = bytes_per_item(r, checkpoints, fill)
             out["cases"][case] = {"bytes": res, "keys": queue_keys_report(r, keys)}
             log(f"  scrapy_leased queue, {case}: {time.perf_counter() - t0:.0f} s")
         out["redis_version"] = r.info("server")["redis_version"]

@@ -582,7 +582,9 @@ def section_latency(profile: str, number: str, pages: int, reps: int, redis: Red
     return {"pps": pps, "plain": plain, "unstarted_max": umax, "site_cores": site}
 
 
-# -- 6. frontier at fleet scale --------------------------------------------------------
+# -- 7. frontier at fleet scale --------------------------------------------------------
+
+SERVED_SHARE = 0.9  # the headline fleet: served at least this share of its offered load
 
 
 def section_frontier(quick: bool, raw: dict) -> dict:
@@ -593,7 +595,7 @@ def section_frontier(quick: bool, raw: dict) -> dict:
     if quick:
         fleets, window, seeds, busy, one_host = [4, 12], 4.0, 5_000, 3, 4
     else:
-        fleets, window, seeds, busy, one_host = [8, 24, 48], 12.0, 20_000, 6, 24
+        fleets, window, seeds, busy, one_host = [4, 8, 16, 32], 12.0, 20_000, 6, 16
     latency, hosts, procs = (50.0, 150.0), 64, 3
     emit(f"Load average before: {load()}")
     wait_quiet()
@@ -647,7 +649,12 @@ def section_frontier(quick: bool, raw: dict) -> dict:
     emit("This machine cannot saturate Redis with these clients: the simulated workers "
          "(Python, redis-py) need more CPU per page than Redis does and share its 2 cores, "
          "so pages per Redis CPU-second (the pages/s one Redis core would sustain) is the "
-         "figure to compare with the trivial ceiling.")
+         "figure to compare with the trivial ceiling. The share after pages/s is the "
+         "fleet's pages/s against its offered load (workers x 16 pages in flight / the mean "
+         "latency): a fleet far below 100 % had workers waiting for CPU, which makes them "
+         "claim and commit in bigger batches than real workers, and Redis cheaper per "
+         f"page; the targets below are read at the largest fleet that served at least "
+         f"{100 * SERVED_SHARE:.0f} % of its offered load.")
     emit()
     prof = out.get("profile")
     if prof:
@@ -679,9 +686,15 @@ def section_frontier(quick: bool, raw: dict) -> dict:
             emit(f"| {x['command'].upper()} | {x['per_page']:.2f} | {x['us_per_call']:.2f} | "
                  f"{x['us_per_page']:.1f} | {', '.join(x['scripts'])} |")
         emit()
-    main_step = [st for st in out["steps"] if not st["label"]][-1]
+    # the headline: the largest fleet that got at least 90 % of its offered load (its
+    # workers did not wait for CPU, so they batch no more than real workers would)
+    steps = [st for st in out["steps"] if not st["label"]]
+    fit = [st for st in steps if (st["per_page"]["served_share"] or 0) >= SERVED_SHARE]
+    main_step = fit[-1] if fit else steps[0]
     return {"pages_per_redis_cpu_s": main_step["per_page"]["pages_per_redis_cpu_s"],
             "round_trips": main_step["per_page"]["sent"], "workers": main_step["workers"],
+            "served_share": main_step["per_page"]["served_share"],
+            "max_pages_per_s": max(st["pages_per_s"] for st in out["steps"]),
             "trivial": rb["calls_per_s"] if rb and "error" not in rb else None,
             "busy_pages_per_redis_cpu_s": next(
                 (st["per_page"]["pages_per_redis_cpu_s"] for st in out["steps"]
@@ -754,12 +767,15 @@ def section_targets_12(lat: dict | None, spread: dict | None, e: dict | None,
     if fr:
         v = fr["pages_per_redis_cpu_s"] or 0
         row(f"frontier: >= 30,000 pages per Redis CPU-second ({fr['workers']} workers, "
-            f"50-150 ms pages, 64 hosts)", f"{v:,.0f}", v >= 30_000)
+            f"50-150 ms pages, 64 hosts, {100 * (fr['served_share'] or 0):.0f} % of the "
+            f"offered load served)", f"{v:,.0f}", v >= 30_000)
         if fr.get("busy_pages_per_redis_cpu_s"):
             emit(f"| (context: workers with no page latency, the largest batches) | "
                  f"{fr['busy_pages_per_redis_cpu_s']:,.0f} | |")
         if fr.get("trivial"):
             emit(f"| (context: trivial-script ceiling, calls/s) | {fr['trivial']:,.0f} | |")
+        emit(f"| (context: the most pages/s any fleet of this run reached) | "
+             f"{fr['max_pages_per_s']:,.0f} | |")
         row("frontier: <= 1 round trip per page per worker", f"{fr['round_trips']:.2f}",
             fr["round_trips"] <= 1)
     if mp:
@@ -903,23 +919,37 @@ def main() -> int:
                  f"- Load average at start (1, 5, 15 min): {load()}", ""]
         for line in head:
             emit(line)
-        s = section_scheduler(sched_n, reps, redis, raw) if "scheduler" in only else None
-        m = section_memory(mem_n, raw) if "memory" in only else None
-        mp = section_memory_prio(mem_n, raw) if "memory_prio" in only else None
-        e = None
-        if "e2e" in only or "e2e_defaults" in only:
-            e = section_e2e(pages, reps, redis, raw, nodelay=not ns.stock_site,
-                            setups=E2E_SETUPS if "e2e" in only else E2E_DEFAULTS_SETUPS)
+        took: dict[str, float] = {}
+
+        def timed(name: str, go: Callable[[], Any]) -> Any:
+            if name not in only:
+                return None
+            t = time.monotonic()
+            try:
+                return go()
+            finally:
+                took[name] = time.monotonic() - t
+
+        s = timed("scheduler", lambda: section_scheduler(sched_n, reps, redis, raw))
+        m = timed("memory", lambda: section_memory(mem_n, raw))
+        mp = timed("memory_prio", lambda: section_memory_prio(mem_n, raw))
+        e2e = "e2e" if "e2e" in only else "e2e_defaults"
+        e = timed(e2e, lambda: section_e2e(
+            pages, reps, redis, raw, nodelay=not ns.stock_site,
+            setups=E2E_SETUPS if e2e == "e2e" else E2E_DEFAULTS_SETUPS))
         lat_pages = 300 if ns.quick else 2_000
-        lat = (section_latency("fixed100", "5", lat_pages, reps, redis, raw)
-               if "latency" in only else None)
-        spread = (section_latency("spread", "6", lat_pages, reps, redis, raw)
-                  if "spread" in only else None)
-        fr = section_frontier(ns.quick, raw) if "frontier" in only else None
+        lat = timed("latency", lambda: section_latency("fixed100", "5", lat_pages, reps, redis,
+                                                       raw))
+        spread = timed("spread", lambda: section_latency("spread", "6", lat_pages, reps, redis,
+                                                         raw))
+        fr = timed("frontier", lambda: section_frontier(ns.quick, raw))
         if ns.profile:
             section_profile(pages, redis, nodelay=not ns.stock_site)
         section_targets(s, m, e if e and ("leased", 1) in e["pps"] else None)
         section_targets_12(lat, spread, e, fr, mp)
+        emit("Time per section: " + ", ".join(f"`{k}` {v:.0f} s" for k, v in took.items())
+             + ".")
+        emit()
         emit(f"Total time {time.monotonic() - t0:.0f} s; load average at the end: {load()}. "
              + (f"Before each timed run the harness waited for other processes to use less "
                 f"than {QUIET_CORES} cores over 2 s ({QUIET['waited']:.0f} s of waiting in "
