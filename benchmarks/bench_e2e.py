@@ -42,7 +42,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -131,7 +131,10 @@ def site_summary(entries: list[dict], pages: int) -> dict[str, Any]:
     distinct = len(set(counts) & valid)
     ts = [e["t"] for e in entries if e["path"].startswith("/p/")]
     span = (max(ts) - min(ts)) if ts else 0.0
+    # time-averaged requests being answered (sites that log when a request arrived, t0)
+    busy = sum(e["t"] - e["t0"] for e in entries if e["path"].startswith("/p/") and e.get("t0"))
     return {"served": len(paths), "distinct": distinct,
+            "inflight": busy / span if span and busy else None,
             "duplicates": sum(n - 1 for n in counts.values() if n > 1),
             "misses": pages - distinct, "span": span, "first": min(ts) if ts else None,
             "last": max(ts) if ts else None,
@@ -187,34 +190,48 @@ def summarize_profile(path: str) -> dict[str, Any]:
                           for name, label in PROFILE_FUNCTIONS}}
 
 
+MODES = ("plain", "scrapy_redis", "leased", "leased_defaults")
+
+
+def is_leased(mode: str) -> bool:
+    return mode.startswith("leased")
+
+
 def worker_command(mode: str, start_url: str, redis_url: str | None, crawl_id: str,
-                   report: Path) -> list[str]:
+                   report: Path, settings: dict[str, Any] | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "scrapy", "crawl", "site", "-a", f"start_url={start_url}",
            "-s", f"BENCH_REPORT={report}"]
-    if mode == "leased":
+    if is_leased(mode):
         cmd += ["-s", f"LEASED_REDIS_URL={redis_url}", "-s", f"LEASED_CRAWL_ID={crawl_id}"]
     elif mode == "scrapy_redis":
         cmd += ["-s", f"REDIS_URL={redis_url}"]
+    for name, value in (settings or {}).items():
+        cmd += ["-s", f"{name}={value}"]
     return cmd
 
 
 def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir: Path,
         timeout: float = 900.0, profile: str | None = None,
-        nodelay: bool = True) -> dict[str, Any]:
+        nodelay: bool = True, make_site: Callable[[Path], Any] | None = None,
+        settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """One crawl; returns the site summary, worker reports and Redis commands.
 
     ``plain`` with several workers is a control: that many independent plain Scrapy
-    crawls at once, each of its own copy of the site (nothing shared)."""
+    crawls at once, each of its own copy of the site (nothing shared).
+    ``make_site(log_path)`` returns a started site (default: the test site of
+    ``pages`` pages, ``BenchSite``); ``settings`` are passed to every worker with -s."""
     run_id = uuid.uuid4().hex[:8]
     rundir = workdir / f"{mode}-{workers}-{run_id}"
     rundir.mkdir(parents=True)
     nsites = workers if mode == "plain" else 1
+    if make_site is None:
+        def make_site(log_path: Path) -> Any:
+            return BenchSite(pages=pages, log_path=log_path, nodelay=nodelay).start()
     sites = []
     client = None
     try:
         for k in range(nsites):
-            sites.append(BenchSite(pages=pages, log_path=rundir / f"site{k}.jsonl",
-                                   nodelay=nodelay).start())
+            sites.append(make_site(rundir / f"site{k}.jsonl"))
         if redis is not None and mode != "plain":
             client = redis.client()
             client.flushall()
@@ -233,7 +250,7 @@ def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir:
             report = rundir / f"w{k}.json"
             cmd = worker_command(mode, sites[k % nsites].url + "/p/0",
                                  redis.url if redis else None,
-                                 f"bench-{run_id}", report)
+                                 f"bench-{run_id}", report, settings)
             if profile and k == 0:
                 cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", profile, "--"] + cmd
             log = open(rundir / f"w{k}.log", "wb")
@@ -265,6 +282,10 @@ def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir:
     summary = {k: sum(x[k] for x in per_site)
                for k in ("served", "distinct", "duplicates", "misses", "errors")}
     summary["span"] = max(x["span"] for x in per_site)
+    summary["first"] = min((x["first"] for x in per_site if x["first"]), default=None)
+    summary["last"] = max((x["last"] for x in per_site if x["last"]), default=None)
+    infl = [x["inflight"] for x in per_site if x["inflight"]]
+    summary["inflight"] = sum(infl) if infl else None  # all sites together
     pages_per_s = sum(x["distinct"] / x["span"] for x in per_site if x["span"])
     reports = []
     for k in range(workers):
@@ -302,7 +323,7 @@ def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", required=True, choices=("plain", "scrapy_redis", "leased"))
+    ap.add_argument("--mode", required=True, choices=MODES)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--pages", type=int, default=5000)
     ap.add_argument("--profile", default=None,

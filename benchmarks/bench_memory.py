@@ -17,6 +17,11 @@ Measured on an emptied private redis-server (``FLUSHALL``) as the growth of
   ``Request.to_dict``), ZADD pipelined 1,000 at a time;
 * queued with another priority: the same requests with ``priority=1``, which
   scrapy_leased keeps in the lane's ZSET (lua/lib_settle.lua), for comparison.
+
+``--priorities`` (``measure_priorities``, ``run_all.py --only memory_prio``): the queue
+alone (no seen set) at priority 0, spread over 8 priorities (0..7, request i gets
+i % 8: 1/8 in the lane's LIST, 7/8 in its ZSET today) and at priority 1, with every key
+of the crawl listed afterwards (type, encoding, length, ``MEMORY USAGE``).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 CRAWL_ID = "bench"
 LANE = "example.com"
 SR_QUEUE_KEY = "bench:requests"  # scrapy-redis: "<spider>:requests"
+PRIORITIES = tuple(range(8))  # the spread case: priorities 0..7, request j gets j % 8
 
 
 class BenchSpider(scrapy.Spider):
@@ -58,15 +64,19 @@ def url(i: int) -> str:
 
 
 def fill_leased_queue(redis_url: str, keys: CrawlKeys, spider, lo: int, hi: int,
-                      priority: int = 0) -> int:
+                      priority: int | None = 0) -> int:
+    """Queue requests lo..hi-1 through ``Frontier.enqueue``; ``priority`` None spreads
+    them over PRIORITIES (request j gets PRIORITIES[j % 8])."""
     async def main() -> int:
         f = Frontier(make_client(redis_url), keys, lease_ms=30_000, max_attempts=4)
         new = 0
         try:
             for i in range(lo, hi, BATCH):
-                batch = [NewRequest(encode_request(scrapy.Request(url(j), priority=priority),
-                                                   spider), priority, lane=LANE)
-                         for j in range(i, min(i + BATCH, hi))]
+                batch = []
+                for j in range(i, min(i + BATCH, hi)):
+                    p = PRIORITIES[j % len(PRIORITIES)] if priority is None else priority
+                    batch.append(NewRequest(encode_request(scrapy.Request(url(j), priority=p),
+                                                           spider), p, lane=LANE))
                 new += sum(await f.enqueue(batch))
         finally:
             await f.client.aclose()
@@ -89,6 +99,20 @@ def fill_sr_queue(r, spider, lo: int, hi: int) -> int:
     return new
 
 
+def bytes_per_item(r, checkpoints: list[int], fill) -> dict[int, float]:
+    """From an emptied server, ``fill(lo, hi)`` items up to each checkpoint: growth of
+    used_memory / items at each."""
+    r.flushall()
+    base = used_memory(r)
+    res: dict[int, float] = {}
+    done = 0
+    for cp in checkpoints:
+        fill(done, cp)
+        done = cp
+        res[cp] = (used_memory(r) - base) / cp
+    return res
+
+
 def measure(n: int, log=print) -> dict:
     checkpoints = sorted({c for c in (100_000, n) if c <= n})
     spider = BenchSpider()
@@ -105,15 +129,7 @@ def measure(n: int, log=print) -> dict:
         log(f"  fingerprints of {n:,} URLs: {time.perf_counter() - t0:.0f} s")
 
         def series(fill) -> dict[int, float]:
-            r.flushall()
-            base = used_memory(r)
-            res: dict[int, float] = {}
-            done = 0
-            for cp in checkpoints:
-                fill(done, cp)
-                done = cp
-                res[cp] = (used_memory(r) - base) / cp
-            return res
+            return bytes_per_item(r, checkpoints, fill)
 
         def leased_seen(lo: int, hi: int) -> None:
             assert fill_leased_commit(srv.url, keys, pairs[lo:hi]) == hi - lo
@@ -156,11 +172,53 @@ def measure(n: int, log=print) -> dict:
     return out
 
 
+def queue_keys_report(r, keys: CrawlKeys) -> dict[str, dict]:
+    """Every key of the crawl after a fill: type, encoding, length, MEMORY USAGE."""
+    out = {}
+    for k in r.scan_iter(match=keys.prefix + "*", count=1000):
+        name = k.decode()[len(keys.prefix):]
+        kind = r.type(k).decode()
+        n = {"list": r.llen, "zset": r.zcard, "hash": r.hlen, "set": r.scard}.get(
+            kind, lambda _k: 1)(k)
+        out[name] = {"type": kind, "encoding": r.object("encoding", k).decode(), "len": n,
+                     "bytes": r.memory_usage(k, samples=0)}
+    return out
+
+
+def measure_priorities(n: int, log=print) -> dict:
+    """Bytes per queued request (plain GETs, one lane, no seen set) at 100k and ``n``:
+    all at priority 0, spread over the 8 PRIORITIES, all at priority 1."""
+    checkpoints = sorted({c for c in (100_000, n) if c <= n})
+    spider = BenchSpider()
+    out: dict = {"checkpoints": checkpoints, "priorities": list(PRIORITIES), "cases": {}}
+    srv = RedisServer(appendonly=False).start()
+    try:
+        r = srv.client()
+        keys = CrawlKeys(CRAWL_ID)
+        for case, prio in (("priority 0", 0), ("8 priorities", None), ("priority 1", 1)):
+            t0 = time.perf_counter()
+
+            def fill(lo: int, hi: int, prio: int | None = prio) -> None:
+                assert fill_leased_queue(srv.url, keys, spider, lo, hi, prio) == hi - lo
+            res = bytes_per_item(r, checkpoints, fill)
+            out["cases"][case] = {"bytes": res, "keys": queue_keys_report(r, keys)}
+            log(f"  scrapy_leased queue, {case}: {time.perf_counter() - t0:.0f} s")
+        out["redis_version"] = r.info("server")["redis_version"]
+        r.flushall()
+    finally:
+        srv.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--urls", type=int, default=1_000_000)
+    ap.add_argument("--priorities", action="store_true",
+                    help="only the queue: priority 0, 8 priorities, priority 1")
     ns = ap.parse_args()
-    print(json.dumps(measure(ns.urls, log=lambda m: print(m, file=sys.stderr)), indent=1))
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    res = measure_priorities(ns.urls, log) if ns.priorities else measure(ns.urls, log)
+    print(json.dumps(res, indent=1))
     return 0
 
 

@@ -55,23 +55,60 @@ def _cpu_seconds() -> float:
 
 class BenchReport:
     """At spider_closed (after the scheduler closed), writes one JSON object to the
-    file named by ``BENCH_REPORT``: close reason, a few stats, Redis sends."""
+    file named by ``BENCH_REPORT``: close reason, a few stats, Redis sends.
 
-    def __init__(self, crawler, path: str) -> None:
+    With ``BENCH_SAMPLE`` (seconds, e.g. 0.02) it also samples, from the spider's
+    opening to its closing, what this worker holds: requests in the downloader
+    (``downloader.active``: what Scrapy counts against CONCURRENT_REQUESTS), requests
+    on the wire (``transferring`` of every download slot) and, for scrapy_leased's
+    scheduler, claims held (``_claims``), claims not yet handed to the engine
+    (``_ready`` + ``_suspects`` + ``_deferred``: leases no other worker can take) and
+    requests handed to the engine and not finished (``_handed``). The samples go into
+    the report as rows ``[t, active, transferring, claims, unstarted, handed]``
+    (-1 where the scheduler has no such thing); benchmarks/bench_latency.py averages
+    them over the crawl's span. Reads private attributes: a benchmark's probe only."""
+
+    def __init__(self, crawler, path: str, sample: float = 0.0) -> None:
         self.crawler = crawler
         self.path = path
         self.opened = time.time()
         self.cpu_opened = _cpu_seconds()
         self.csw_opened = _context_switches()
+        self.sample_every = sample
+        self.samples: list[list[float]] = []
+        self._loop = None
 
     @classmethod
     def from_crawler(cls, crawler):
         path = crawler.settings.get("BENCH_REPORT")
         if not path:
             raise NotConfigured
-        o = cls(crawler, path)
+        o = cls(crawler, path, crawler.settings.getfloat("BENCH_SAMPLE", 0.0))
         crawler.signals.connect(o.spider_closed, signal=signals.spider_closed)
+        if o.sample_every > 0:
+            crawler.signals.connect(o.spider_opened, signal=signals.spider_opened)
         return o
+
+    def spider_opened(self, spider):
+        from twisted.internet import task
+
+        self._loop = task.LoopingCall(self._sample)
+        self._loop.start(self.sample_every, now=True)
+
+    def _sample(self) -> None:
+        engine = self.crawler.engine
+        downloader = getattr(engine, "downloader", None)
+        if downloader is None:
+            return
+        transferring = sum(len(s.transferring) for s in downloader.slots.values())
+        sched = getattr(getattr(engine, "_slot", None), "scheduler", None)
+        claims = unstarted = handed = -1
+        if sched is not None and hasattr(sched, "_claims"):
+            claims = len(sched._claims)
+            unstarted = len(sched._ready) + len(sched._suspects) + len(sched._deferred)
+            handed = len(sched._handed)
+        self.samples.append([round(time.time(), 4), len(downloader.active), transferring,
+                             claims, unstarted, handed])
 
     def spider_closed(self, spider, reason):
         stats = self.crawler.stats.get_stats()
@@ -86,6 +123,10 @@ class BenchReport:
             "crawl_cpu_s": _cpu_seconds() - self.cpu_opened,  # from the crawler's creation
             "crawl_switches": [b - a for a, b in zip(self.csw_opened, _context_switches())],
         }
+        if self._loop is not None:
+            if self._loop.running:
+                self._loop.stop()
+            report["samples"] = self.samples
         with open(self.path, "w", encoding="utf-8") as f:
             json.dump(report, f)
 

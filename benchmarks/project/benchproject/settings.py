@@ -1,13 +1,15 @@
 """Settings of the end-to-end benchmark project (``benchmarks/run_all.py`` runs it).
 
-One spider, three setups, chosen by the environment variable ``BENCH_MODE``:
+One spider, four setups, chosen by the environment variable ``BENCH_MODE``:
 
 * ``plain``: Scrapy alone (default scheduler and dupefilter, in memory, one process);
 * ``scrapy_redis``: scrapy-redis's scheduler and dupefilter (``REDIS_URL`` given with
   ``-s``), ``SCHEDULER_PERSIST = True`` so the first worker to close does not delete the
   shared queue and dupefilter, and ``IdleClose`` so each worker ends by itself;
 * ``leased``: the scrapy_leased add-on (``LEASED_REDIS_URL`` / ``LEASED_CRAWL_ID`` given
-  with ``-s``), with ``LEASED_UPSERT_ENABLED = False`` (the other two store nothing).
+  with ``-s``), with ``LEASED_UPSERT_ENABLED = False`` (the other two store nothing);
+* ``leased_defaults``: the add-on at its defaults, as a user gets it (``UpsertPipeline``
+  storing every item in the crawl's Redis, every middleware on).
 
 Everything else is Scrapy's defaults (``CONCURRENT_REQUESTS`` 16,
 ``CONCURRENT_REQUESTS_PER_DOMAIN`` 8, no download delay), with no item pipeline.
@@ -32,6 +34,10 @@ MODE = os.environ.get("BENCH_MODE", "plain")
 if MODE == "leased":
     ADDONS = {"scrapy_leased.Addon": 100}
     LEASED_UPSERT_ENABLED = False
+elif MODE == "leased_defaults":
+    # the add-on exactly as a user gets it: UpsertPipeline on (items upserted into the
+    # crawl's Redis), every middleware and setting at its default
+    ADDONS = {"scrapy_leased.Addon": 100}
 elif MODE == "scrapy_redis":
     SCHEDULER = "scrapy_redis.scheduler.Scheduler"
     DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
@@ -40,4 +46,5 @@ elif MODE == "scrapy_redis":
     # seconds without a response before a worker closes (see IdleClose)
     BENCH_IDLE_CLOSE = 6
 elif MODE != "plain":
-    raise ValueError(f"BENCH_MODE ({MODE!r}) must be plain, scrapy_redis or leased")
+    raise ValueError(f"BENCH_MODE ({MODE!r}) must be plain, scrapy_redis, leased or "
+                     "leased_defaults")
