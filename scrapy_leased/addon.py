@@ -38,7 +38,9 @@ class Addon:
     def update_settings(self, settings: Settings) -> None:
         config = LeasedConfig.from_settings(settings)  # fail fast, naming the bad setting
         if config.redis_url is not None:
-            check_reachable(config.redis_url)  # one clear error, before the engine exists
+            # one clear error, before the engine exists; a Redis that does not answer yet
+            # (restarting, failing over) is waited for, up to LEASED_CONNECT_TIMEOUT
+            check_reachable(config.redis_url, timeout=config.connect_timeout)
         settings.set("SCHEDULER", LeasedScheduler, "addon")
         settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")
         settings.setdefault_in_component_priority_dict(

@@ -10,12 +10,15 @@ from typing import Any
 from scrapy.settings import BaseSettings
 from scrapy.utils.project import data_path
 
+from .connection import CONNECT_TIMEOUT_SECONDS  # how long a starting worker waits for Redis
+
 # Defaults, with their unit in the name.
 LEASE_SECONDS = 30.0
 MAX_ATTEMPTS = 4
 SWEEP_INTERVAL_SECONDS = 2.0
 IDLE_POLL_SECONDS = 0.2
 WORKER_TTL_SECONDS = 30.0
+WORKER_PRUNE_TTLS = 5  # registry entries silent for this many worker TTLs are removed
 SEEN_BUCKET_BITS = 14
 SEEN_CACHE = 100_000
 RECOVER_BATCH = 500
@@ -85,6 +88,7 @@ class LeasedConfig:
     fail_http_codes: frozenset[int]
     embedded_dir: Path
     embedded_server: str | None
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> LeasedConfig:
@@ -138,11 +142,18 @@ class LeasedConfig:
             fail_http_codes=fail_codes,
             embedded_dir=Path(data_path(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR)),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
+            connect_timeout=_number(settings, "LEASED_CONNECT_TIMEOUT", CONNECT_TIMEOUT_SECONDS,
+                                    minimum=0, exclusive=False),
         )
 
     @property
     def lease_ms(self) -> int:
         return int(self.lease_seconds * 1000)
+
+    @property
+    def prune_ms(self) -> int:
+        """Registry entries of workers silent this long are removed (renew.lua)."""
+        return int(self.worker_ttl * WORKER_PRUNE_TTLS * 1000)
 
 
 def _seen_bits(settings: BaseSettings) -> int:

@@ -46,6 +46,11 @@ class KnownSeen:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def clear(self) -> None:
+        """Forget everything (Redis went back in time: it may have forgotten entries)."""
+        self._keys.clear()
+        self._order.clear()
+
     def add(self, bucket: int, member: int) -> None:
         key = self._key(bucket, member)
         if self.size <= 0 or key in self._keys:

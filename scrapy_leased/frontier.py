@@ -6,7 +6,10 @@ and every time is Redis server time. This module knows nothing about Scrapy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import secrets
+import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +55,7 @@ class Failure:
     reason: str
     permanent: bool = False
     lane: str = ""
+    rid: int | None = None  # the request the claim holds (checked by commit.lua); None: any
 
 
 @dataclass(frozen=True)
@@ -118,10 +122,28 @@ def _lane_and_token(item: int | tuple[int, str]) -> tuple[int, str]:
     return (item, "") if isinstance(item, int) else item
 
 
+def _parse_claims(rest: Sequence[Any]) -> list[tuple[int, Envelope]]:
+    return [(int(rest[i]), Envelope.parse(rest[i + 1])) for i in range(0, len(rest), 2)]
+
+
 class Frontier:
+    """The crawl's state machine for one caller (a worker, or an admin command).
+
+    Rollbacks and lost replies (lua/lib_guard.lua): every claim, commit, recovery and
+    renewal passes the highest epoch, token and rid this caller has seen, so Redis
+    notices when it came back older than that, and each reply gives the current ones
+    back. ``epoch`` is the crawl's current epoch as last seen; ``on_epoch(old, new)`` is
+    called when it changes (Redis restarted, failed over or went back in time). Claims and
+    commits carry a call id, so a call whose reply was lost and that is sent again (by
+    redis-py's retry, or by the caller) has its effect once: a claim that raised is sent
+    again, the same, by the next ``claim`` call (``resolve_claim`` at the end), and a
+    commit is sent again with its ``call_id``.
+    """
+
     def __init__(self, client: Any, keys: CrawlKeys, *, lease_ms: int, max_attempts: int,
                  recover_batch: int = 500, half_life_ms: int = 30_000,
-                 ready_lanes: int = 32) -> None:
+                 ready_lanes: int = 32, caller: str | None = None,
+                 prune_ms: int = 0) -> None:
         self.client = client
         self.keys = keys
         self.lease_ms = lease_ms
@@ -129,8 +151,40 @@ class Frontier:
         self.recover_batch = recover_batch
         self.half_life_ms = half_life_ms
         self.ready_lanes = ready_lanes
+        self.prune_ms = prune_ms  # renewals prune registry entries silent this long (0: never)
+        self.caller = caller or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.epoch: int | None = None
+        self.seen_token = 0
+        self.seen_rid = 0
+        self.on_epoch: Callable[[int, int], None] | None = None
+        self._calls = 0
+        self._pending_claim: tuple[list[str], list[Any]] | None = None
         self._s = register(client, "claim", "commit", "expired", "recover", "renew", "release",
                            "acquire", "penalize", "read")
+
+    # -- the guard (lua/lib_guard.lua) ---------------------------------------------------
+
+    def new_call_id(self) -> str:
+        """A call id for a claim or commit (unique for this caller)."""
+        self._calls += 1
+        return str(self._calls)
+
+    def _guard(self, stream: str | None = None, call_id: str = "") -> tuple[list[str], list[Any]]:
+        """The guard's KEYS and ARGV, to append to a guarded script's own."""
+        k = self.keys
+        call = k.call(self.caller, stream) if stream else k.epoch
+        return ([k.epoch, k.tokens, k.rids, call],
+                [call_id, self.epoch or 0, self.seen_token, self.seen_rid])
+
+    def _seen(self, out: Sequence[Any]) -> Sequence[Any]:
+        """Take the guard's {epoch, tokens, rids} off a reply; returns the rest."""
+        epoch, tokens, rids = int(out[0]), int(out[1]), int(out[2])
+        self.seen_token = max(self.seen_token, tokens)
+        self.seen_rid = max(self.seen_rid, rids)
+        old, self.epoch = self.epoch, epoch
+        if old is not None and old != epoch and self.on_epoch is not None:
+            self.on_epoch(old, epoch)
+        return out[3:]
 
     async def check_layout(self, seen_bucket_bits: int) -> None:
         """Record the seen-set layout on first use; refuse a different one later."""
@@ -145,7 +199,10 @@ class Frontier:
             )
 
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
-                     fails: Sequence[Failure] = ()) -> CommitResult:
+                     fails: Sequence[Failure] = (), call_id: str | None = None) -> CommitResult:
+        """Enqueue, ack and fail in one atomic step. ``call_id``: the id of this commit
+        (``new_call_id``); send a commit whose outcome is unknown again with the same id
+        and the same contents, and it is applied once. None: a new id."""
         k = self.keys
         keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
                 k.throughput]
@@ -158,8 +215,9 @@ class Frontier:
             args += [token, rid]
         for f in fails:
             args += [f.token, f.reason[:REASON_CHARS], int(f.permanent),
-                     extra.queue(k, f.lane), f.lane]
-        out = await self._s["commit"](keys=keys, args=args)
+                     extra.queue(k, f.lane), f.lane, "" if f.rid is None else f.rid]
+        gkeys, gargs = self._guard("commit", call_id or self.new_call_id())
+        out = self._seen(await self._s["commit"](keys=keys + gkeys, args=args + gargs))
         n, m = len(enqueue), len(acks)
         return CommitResult([bool(x) for x in out[:n]], list(out[n:n + m]), list(out[n + m:]))
 
@@ -176,28 +234,50 @@ class Frontier:
                     lanes: Sequence[tuple[str, Budget]] = (("", NO_BUDGET),)) -> ClaimResult:
         """Claim up to ``count`` requests from the given candidate lanes (each with its
         budget); the result names the lanes ready now, to pass next time."""
-        k = self.keys
-        keys = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.seq,
-                k.workers, k.todo]
-        args: list[Any] = [count, self.lease_ms, worker_id, len(lanes), self.half_life_ms,
-                           self.ready_lanes]
-        for lane, budget in lanes:
-            keys += [k.lane_queue(lane), k.lane_fifo(lane), k.rate(lane)]
-            args += [lane, budget.interval_ms, budget.burst]
-        out = await self._s["claim"](keys=keys, args=args)
+        if self._pending_claim is None:  # else: send the claim whose reply was lost again
+            k = self.keys
+            keys = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.seq,
+                    k.workers, k.todo]
+            args: list[Any] = [count, self.lease_ms, worker_id, len(lanes), self.half_life_ms,
+                               self.ready_lanes]
+            for lane, budget in lanes:
+                keys += [k.lane_queue(lane), k.lane_fifo(lane), k.rate(lane)]
+                args += [lane, budget.interval_ms, budget.burst]
+            gkeys, gargs = self._guard("claim", self.new_call_id())
+            self._pending_claim = (keys + gkeys, args + gargs)
+        keys, args = self._pending_claim
+        out = self._seen(await self._s["claim"](keys=keys, args=args))
+        self._pending_claim = None
         n = int(out[4])
         ready = [as_str(x) for x in out[5:5 + n]]
         m = int(out[5 + n])
         free = frozenset(as_str(x) for x in out[6 + n:6 + n + m])
         result = ClaimResult(int(out[0]), int(out[1]), int(out[2]), int(out[3]), ready,
                              free_lanes=free)
-        rest = out[6 + n + m:]
-        for i in range(0, len(rest), 2):
-            result.claims.append((int(rest[i]), Envelope.parse(rest[i + 1])))
+        result.claims = _parse_claims(out[6 + n + m:])
         return result
 
+    async def resolve_claim(self) -> list[tuple[int, Envelope]]:
+        """The claims of a claim call that raised (its reply lost) and was not sent again:
+        Redis answers from the recorded reply, or changes nothing if the call never
+        ran. For a caller about to close, so that it can release them."""
+        if self._pending_claim is None:
+            return []
+        keys, args = self._pending_claim
+        args = list(args)
+        args[-4] = "?" + str(args[-4])
+        out = self._seen(await self._s["claim"](keys=keys, args=args))
+        self._pending_claim = None
+        if not out:
+            return []
+        n = int(out[4])
+        m = int(out[5 + n])
+        return _parse_claims(out[6 + n + m:])
+
     async def recover(self) -> tuple[int, int, int]:
-        """Requeue up to recover_batch expired leases: (requeued, dead, expired left)."""
+        """Requeue up to recover_batch expired leases: (requeued, dead, expired left).
+        Leases of claims issued before the current epoch are requeued without counting
+        an attempt (stats ``recovered_epoch``) and are not in the figures returned."""
         k = self.keys
         out = await self._s["expired"](keys=[k.leases, k.inflight], args=[self.recover_batch])
         left = int(out[1])
@@ -213,15 +293,20 @@ class Frontier:
             except ValueError:
                 lane = ""  # malformed: recover.lua dead-letters it whatever the queue
             args += [out[i], extra.queue(k, lane)]
-        requeued, dead = await self._s["recover"](keys=keys, args=args)
+        gkeys, gargs = self._guard()
+        requeued, dead, _forgiven = self._seen(
+            await self._s["recover"](keys=keys + gkeys, args=args + gargs))
         return int(requeued), int(dead), left
 
     async def renew(self, worker_id: str, tokens: Sequence[int], info: str = "") -> list[int]:
         """Heartbeat + lease extension; returns the tokens whose lease was lost.
-        ``info`` (JSON) replaces the worker's entry in ``worker_info`` when given."""
+        ``info`` (JSON) replaces the worker's entry in ``worker_info`` when given.
+        Registry entries silent for ``prune_ms`` are removed on the way."""
         k = self.keys
-        out = await self._s["renew"](keys=[k.leases, k.workers, k.worker_info],
-                                     args=[self.lease_ms, worker_id, info, *tokens])
+        gkeys, gargs = self._guard()
+        out = self._seen(await self._s["renew"](
+            keys=[k.leases, k.workers, k.worker_info] + gkeys,
+            args=[self.lease_ms, worker_id, info, self.prune_ms, *tokens] + gargs))
         return [int(t) for t in out[1:]]
 
     async def release(self, worker_id: str, claims: Sequence[int | tuple[int, str]]) -> int:

@@ -68,8 +68,23 @@ class CrawlKeys:
 
     @property
     def tokens(self) -> str:
-        """STRING: claim counter; each claim's token (also a fencing token)."""
+        """STRING: the last claim token issued. Tokens are also fencing tokens and are
+        never issued twice, even after Redis went back in time: each new one is at least
+        Redis TIME in microseconds (lua/lib_guard.lua)."""
         return self._key("tokens")
+
+    @property
+    def epoch(self) -> str:
+        """HASH: the crawl's epoch (lua/lib_guard.lua): ``e`` the first token of the
+        current epoch, ``run`` the Redis run id it was started for. A new epoch starts
+        when Redis restarted, failed over or went back in time."""
+        return self._key("epoch")
+
+    def call(self, caller: str, stream: str) -> str:
+        """STRING: the reply of the last call of one caller's stream of calls (``claim``,
+        ``commit``), kept for 10 minutes so a call resent after its reply was lost is
+        answered from it instead of running twice (lua/lib_guard.lua)."""
+        return self._key(f"call:{caller}:{stream}")
 
     @property
     def leases(self) -> str:

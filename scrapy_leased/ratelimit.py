@@ -23,6 +23,7 @@ import asyncio
 import email.utils
 import logging
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -70,11 +71,26 @@ class LeasedRateMiddleware:
         self.crawler = crawler
         self.budgets = budgets
         self.stats = crawler.stats
-        self._penalized: dict[str, float] = {}  # lane -> time.monotonic() of our last penalty
+        # lane -> time.monotonic() of our last penalty, oldest first; only those of the
+        # last LEASED_RATE_FREE_GRACE matter (see process_request), older ones are dropped
+        self._penalized: OrderedDict[str, float] = OrderedDict()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler, Budgets.from_settings(crawler.settings))
+
+    def _note_penalty(self, lane: str) -> None:
+        """Remember that this worker penalized the lane now (its claims with nothing to
+        enforce are checked again); forget penalties older than the grace."""
+        now = time.monotonic()
+        self._penalized[lane] = now
+        self._penalized.move_to_end(lane)
+        horizon = now - self.budgets.free_grace_ms / 1000
+        while self._penalized:
+            oldest, at = next(iter(self._penalized.items()))
+            if at >= horizon:
+                break
+            del self._penalized[oldest]
 
     def _frontier(self) -> Any:
         scheduler = getattr(self.crawler.engine, "_slot", None)
@@ -120,7 +136,7 @@ class LeasedRateMiddleware:
         seconds = retry_after_seconds(response.headers.get(b"Retry-After"))
         block_ms = int(seconds * 1000) if seconds is not None else self.budgets.backoff_ms
         lane = self.budgets.lane_of(request)
-        self._penalized[lane] = time.monotonic()
+        self._note_penalty(lane)
         try:
             await self._frontier().penalize(lane, block_ms=block_ms, slow_down=True)
         except (RedisError, OSError) as exc:
@@ -143,7 +159,7 @@ class LeasedRateMiddleware:
         delay = robots.crawl_delay(agent)
         if delay:
             lane = self.budgets.lane_of(request)
-            self._penalized[lane] = time.monotonic()
+            self._note_penalty(lane)
             await self._frontier().penalize(lane, crawl_delay_ms=int(float(delay) * 1000))
             logger.info("%(lane)s asks for Crawl-delay %(d)s s: the fleet follows it",
                         {"lane": lane, "d": delay})

@@ -115,6 +115,7 @@ class LeasedScheduler(BaseScheduler):
         self._handed: dict[Request, _Claim] = {}  # handed to the engine, not finished
         self._tasks: list[asyncio.Task[None]] = []
         self._kick: asyncio.Event | None = None
+        self._renew_now: asyncio.Event | None = None  # set: renew at once (a new epoch)
         self._nextcall: Any = None
         self._engine_slot: Any = None
         self._closing = False
@@ -154,7 +155,7 @@ class LeasedScheduler(BaseScheduler):
             setting = "embedded Redis (LEASED_REDIS_URL not set)"
             logger.info("No LEASED_REDIS_URL: using the embedded Redis at %(url)s", {"url": url})
         try:
-            client = await connect(url, setting)
+            client = await connect(url, setting, self.config.connect_timeout)
         except LeasedRedisError as exc:
             logger.error("%(error)s", {"error": exc})
             raise
@@ -162,7 +163,9 @@ class LeasedScheduler(BaseScheduler):
         self.frontier = Frontier(client, keys, lease_ms=self.config.lease_ms,
                                  max_attempts=self.config.max_attempts,
                                  recover_batch=self.config.recover_batch,
-                                 half_life_ms=self.budgets.half_life_ms)
+                                 half_life_ms=self.budgets.half_life_ms,
+                                 caller=self.worker_id, prune_ms=self.config.prune_ms)
+        self.frontier.on_epoch = self._on_epoch
         await self.frontier.check_layout(self.config.seen_bucket_bits)
         self.writer = CommitWriter(self.frontier, self._on_commit)
         self._install_finish_hook()
@@ -172,6 +175,7 @@ class LeasedScheduler(BaseScheduler):
         sig.connect(self._on_item_error, signals.item_error)
         sig.connect(self._on_request_failed, leased_signals.request_failed)
         self._kick = asyncio.Event()
+        self._renew_now = asyncio.Event()
         self._tasks = [asyncio.ensure_future(t) for t in
                        (self._claim_loop(), self._renew_loop(), self._sweep_loop())]
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
@@ -207,8 +211,13 @@ class LeasedScheduler(BaseScheduler):
         if not await self.writer.drain(timeout=max(30.0, self.config.lease_seconds)):
             logger.error("Could not write everything to Redis before closing; the claims "
                          "concerned return to the queue when their leases expire")
-        # Claims still here were never started (or wait for a retry): give them back.
+        # Claims still here were never started (or wait for a retry): give them back,
+        # with those of a claim call whose reply was lost.
         tokens = [(c.token, c.lane) for c in self._claims.values()]
+        try:
+            tokens += [(token, env.lane) for token, env in await self.frontier.resolve_claim()]
+        except (RedisError, OSError):
+            pass  # its claims, if it ran, return to the queue when their leases expire
         try:
             released = await self.frontier.release(self.worker_id, tokens)
         except (RedisError, OSError) as exc:
@@ -314,7 +323,8 @@ class LeasedScheduler(BaseScheduler):
         if claim.failure is None:
             self.writer.add_ack(claim.token, claim.rid)
         else:
-            self.writer.add_fail(Failure(claim.token, claim.failure, claim.permanent, claim.lane))
+            self.writer.add_fail(Failure(claim.token, claim.failure, claim.permanent, claim.lane,
+                                         claim.rid))
         if self._kick is not None:
             self._kick.set()
 
@@ -438,7 +448,8 @@ class LeasedScheduler(BaseScheduler):
                 self.stats.inc_value("leased/undecodable")
                 logger.error("Dead-lettering stored request %(rid)d: %(error)s",
                              {"rid": env.rid, "error": exc})
-                self.writer.add_fail(Failure(token, str(exc), permanent=True, lane=env.lane))
+                self.writer.add_fail(Failure(token, str(exc), permanent=True, lane=env.lane,
+                                             rid=env.rid))
                 continue
             request.meta[META_CLAIM] = token
             if env.lane in result.free_lanes:
@@ -479,9 +490,16 @@ class LeasedScheduler(BaseScheduler):
     # -- heartbeat and recovery ------------------------------------------------------
 
     async def _renew_loop(self) -> None:
-        assert self.frontier is not None
+        assert self.frontier is not None and self._renew_now is not None
         while not self._closing:
-            await asyncio.sleep(self.config.renew_interval)
+            # not asyncio.wait_for (see _until_kicked)
+            timer = asyncio.get_running_loop().call_later(self.config.renew_interval,
+                                                          self._renew_now.set)
+            try:
+                await self._renew_now.wait()
+            finally:
+                timer.cancel()
+            self._renew_now.clear()
             try:
                 lost = await self.frontier.renew(self.worker_id, list(self._claims),
                                                  self._worker_info())
@@ -490,6 +508,7 @@ class LeasedScheduler(BaseScheduler):
                 continue
             self._warned.discard("renew")
             self.stats.inc_value("leased/renewals")
+            self._drop_unstarted(set(lost))
             for token in lost:
                 claim = self._claims.get(token)
                 if claim is not None and not claim.lost:
@@ -518,6 +537,38 @@ class LeasedScheduler(BaseScheduler):
                     self._kick.set()
             if not left:
                 await asyncio.sleep(self.config.sweep_interval)
+
+    # -- Redis restarted, failed over or went back in time (lua/lib_guard.lua) ----------
+
+    def _on_epoch(self, old: int, new: int) -> None:
+        """A new epoch: what this worker cached about Redis may be gone from it. Forget
+        the seen-set entries it remembered (a URL Redis forgot must be queued again),
+        and renew at once: the claims Redis no longer knows that were not started yet
+        are dropped (their requests are queued again in Redis, or will be found again)."""
+        self.stats.inc_value("leased/epoch_changes")
+        if isinstance(self.df, LeasedDupeFilter):
+            self.df.known.clear()
+        if self._renew_now is not None:
+            self._renew_now.set()
+        logger.warning("Redis restarted, failed over or went back in time (epoch %(old)d -> "
+                       "%(new)d): forgetting the seen URLs this worker remembered and the "
+                       "claims Redis no longer has", {"old": old, "new": new})
+
+    def _drop_unstarted(self, lost: set[int]) -> None:
+        """Drop claims whose lease is gone and that were never handed to the engine:
+        another worker processes them (recovered), or Redis forgot them (rollback)."""
+        if not lost:
+            return
+        for queue in (self._ready, self._suspects):
+            keep = [(r, c) for r, c in queue if c.token not in lost]
+            for _, claim in queue:
+                if claim.token in lost:
+                    self._claims.pop(claim.token, None)
+                    self.stats.inc_value("leased/dropped_lost")
+            queue.clear()
+            queue.extend(keep)
+        if self._kick is not None:
+            self._kick.set()
 
     def _worker_info(self) -> str:
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),

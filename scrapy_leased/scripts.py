@@ -1,6 +1,13 @@
 """The Lua scripts, read once from ``lua/`` and registered per client (EVALSHA,
 reloaded on NOSCRIPT by redis-py).
 
+A script file may start with a Redis 7 shebang (``#!lua`` or ``#!lua flags=...``); it is
+kept as the first line, before the shared helpers. Every script that writes has one:
+with a shebang and without ``allow-oom``, Redis refuses the whole script up front when it
+is out of memory, instead of failing at its first write (or, after a first write, going
+on), so a script either runs completely or changes nothing. Renewals, releases and
+purges, which only extend or remove what exists, run under OOM (``allow-oom``).
+
 On a client made with ``wait_replicas`` N in its URL (topology.py), the scripts whose
 replies a worker acts on (WAITED) are followed by ``WAIT N`` on the same connection, in
 the same round trip: their writes are on N replicas before the reply is used."""
@@ -18,10 +25,11 @@ from redis.exceptions import NoScriptError
 
 # The shared helper files (lib_*.lua) each script gets prepended, in this order.
 _LIBS: dict[str, tuple[str, ...]] = {
-    "claim": ("lib_time", "lib_settle", "lib_rate"),
-    "commit": ("lib_time", "lib_settle"),
+    "claim": ("lib_time", "lib_settle", "lib_rate", "lib_guard"),
+    "commit": ("lib_time", "lib_settle", "lib_guard"),
     "expired": ("lib_time",),
-    "recover": ("lib_time", "lib_settle"),
+    "recover": ("lib_time", "lib_settle", "lib_guard"),
+    "renew": ("lib_guard",),
     "release": ("lib_settle",),
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),
@@ -33,9 +41,14 @@ _LIBS: dict[str, tuple[str, ...]] = {
 @cache
 def script_source(name: str) -> str:
     lua = files("scrapy_leased").joinpath("lua")
+    body = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    shebang = ""
+    if body.startswith("#!"):
+        shebang, _, body = body.partition("\n")
+        shebang += "\n"
     parts = [lua.joinpath(f"{lib}.lua").read_text(encoding="utf-8") for lib in _LIBS.get(name, ())]
-    parts.append(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"))
-    return "\n".join(parts)
+    parts.append(body)
+    return shebang + "\n".join(parts)
 
 
 #: Scripts whose reply makes a worker act outside Redis: claim (the worker holds the

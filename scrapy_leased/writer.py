@@ -3,8 +3,9 @@
 Everything buffered while one commit is in flight goes into the next one, so under
 load many pages share a round trip. Writes are applied in order, and within a commit
 new requests land before the acks: a claim is acked only once the requests its
-callback yielded are in Redis. A commit that fails (Redis down) is retried with
-backoff; nothing buffered is dropped.
+callback yielded are in Redis. A commit that fails (Redis down, a lost reply) is sent
+again with backoff, the same batch under the same call id, so that Redis applies it once
+even when the first one ran (lua/lib_guard.lua); nothing buffered is dropped.
 """
 
 from __future__ import annotations
@@ -81,16 +82,19 @@ class CommitWriter:
         delay = 0.05
         while self._batch.enqueue or self._batch.acks or self._batch.fails:
             batch = self._take()
-            try:
-                result = await self.frontier.commit(batch.enqueue, batch.acks, batch.fails)
-            except (RedisError, OSError) as exc:
-                self._put_back(batch)
-                if not self._warned:
-                    logger.warning("Cannot write to Redis, retrying (nothing is dropped): %s", exc)
-                    self._warned = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_CAP_SECONDS)
-                continue
+            call_id = self.frontier.new_call_id()
+            while True:  # the same batch, the same id, until Redis answers
+                try:
+                    result = await self.frontier.commit(batch.enqueue, batch.acks, batch.fails,
+                                                        call_id=call_id)
+                    break
+                except (RedisError, OSError) as exc:
+                    if not self._warned:
+                        logger.warning("Cannot write to Redis, retrying (nothing is dropped): %s",
+                                       exc)
+                        self._warned = True
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_CAP_SECONDS)
             if self._warned:
                 logger.info("Writing to Redis again")
                 self._warned = False
@@ -98,11 +102,6 @@ class CommitWriter:
             self.generation += 1
             self.on_result(batch, result)
         self._idle.set()
-
-    def _put_back(self, batch: Batch) -> None:
-        b = self._batch
-        self._batch = Batch(batch.enqueue + b.enqueue, batch.tags + b.tags,
-                            batch.acks + b.acks, batch.fails + b.fails)
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until everything buffered is written; False on timeout."""

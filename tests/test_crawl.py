@@ -452,14 +452,16 @@ def test_unreachable_redis_gives_one_clear_error(make_site, start_worker, crawl_
     port = free_port()  # nothing listens there
     url = f"redis://127.0.0.1:{port}/0"
     t0 = time.monotonic()
-    w = start_worker(url, crawl_id, site.url + "/p/0")
+    # it waits LEASED_CONNECT_TIMEOUT for Redis (15 s by default), then gives up
+    w = start_worker(url, crawl_id, site.url + "/p/0", settings={"LEASED_CONNECT_TIMEOUT": 2})
     rc = w.wait(60)
     took = time.monotonic() - t0
     text = w.log_text()
     print(f"exited rc={rc} after {took:.1f}s")
     assert rc != 0, text
     assert took < 30, took
-    errors = [ln for ln in text.splitlines() if url in ln and "LEASED_REDIS_URL" in ln]
+    errors = [ln for ln in text.splitlines() if url in ln and "LEASED_REDIS_URL" in ln
+              and "within 2 s (LEASED_CONNECT_TIMEOUT)" in ln]
     assert errors, text
     assert len([ln for ln in text.splitlines() if " ERROR: " in ln]) == 1, text
     assert len(site.entries()) == 0

@@ -260,7 +260,14 @@ def test_8_concurrent_claimers_claim_each_request_exactly_once(redis_server, cra
     assert len(claimed) == n
     assert sorted(p for _, _, p in claimed) == sorted(f"req-{i}" for i in range(n))
     assert len({rid for _, rid, _ in claimed}) == n
-    assert sorted(t for t, _, _ in claimed) == list(range(1, n + 1))  # fencing tokens 1..n
+    # fencing tokens: n distinct ones, each at least Redis TIME in µs when it was issued
+    # (lib_guard.lua), the last one issued in the counter
+    tokens = sorted(t for t, _, _ in claimed)
+    assert len(set(tokens)) == n
+    r = redis_server.client(decode_responses=True)
+    sec, usec = r.time()
+    assert tokens[-1] == int(r.get(keys.tokens)) <= sec * 1_000_000 + usec + n
+    assert tokens[0] > (sec - 600) * 1_000_000
     # the claimers really raced (each of 8 processes made ~25 claims of 1..50)
     assert sum(1 for got in per_proc if got) >= 2, [len(g) for g in per_proc]
 
@@ -913,6 +920,14 @@ def test_claim_never_loses_requests_when_rids_pass_2_to_the_32(redis_server, cra
 # ------------------------------------------------------------ cost: O(1) per token
 
 
+GUARD = {"hmget": 1, "get": 2}  # lib_guard.lua: epoch, tokens, rids (and INFO server)
+CALL_ID = {"get": 1, "set": 1}  # a call with an id: its recorded reply read, its own kept
+
+
+def assert_guard_called(r: redis.Redis) -> None:
+    assert int(r.info("commandstats")["cmdstat_info"]["calls"]) >= 1
+
+
 def test_no_operation_scans_the_processing_set():
     """With 20,000 live leases, recover (nothing expired), renew (5 tokens), claim (empty
     queue) and ack run a fixed, small number of O(log N) commands inside Redis: counted
@@ -945,7 +960,9 @@ def test_no_operation_scans_the_processing_set():
             r.config_resetstat()
             assert await f.renew("w", tokens[:5]) == []
             st = commandstats(r)
-            assert st == {"evalsha": 1, "time": 1, "zadd": 6}, st  # heartbeat + 5 leases
+            # heartbeat + 5 leases, and the guard (lib_guard.lua: INFO, not counted here)
+            assert st == {"evalsha": 1, "time": 1, "zadd": 6, **GUARD}, st
+            assert_guard_called(r)
             scores1 = lease_scores(r, keys)
             assert {t for t in tokens if scores1[t] != scores0[t]} == set(tokens[:5])
 
@@ -954,15 +971,18 @@ def test_no_operation_scans_the_processing_set():
             assert (res.claims, res.queued, res.leases) == ([], 0, 20_000)
             st = commandstats(r)
             assert st == {"evalsha": 1, "time": 1, "zadd": 1, "zscore": 1, "zrangebyscore": 1,
-                          "zrange": 1, "get": 1, "zcard": 1}, st
+                          "zrange": 1, "zcard": 1, **GUARD, **CALL_ID,
+                          "get": 1 + GUARD["get"] + CALL_ID["get"]}, st
 
             r.config_resetstat()
             t, e = claims[-1]
             assert await f.ack(t, e.rid) == 3
             st = commandstats(r)
-            # + the throughput bucket: time, hincrby, hdel of old buckets
-            assert st == {"evalsha": 1, "zrem": 1, "hdel": 2, "setbit": 1, "hincrby": 3,
-                          "time": 1}, st
+            # + the throughput bucket: time, hincrby, hlen (old buckets pruned past 7);
+            # the claim is checked: hget of its envelope; the commit's reply is kept: set
+            assert st == {"evalsha": 1, "zrem": 1, "hdel": 1, "setbit": 1, "hincrby": 3,
+                          "time": 1, "hget": 1, "hlen": 1, **GUARD, **CALL_ID,
+                          "get": GUARD["get"] + CALL_ID["get"]}, st
 
             r.config_resetstat()
             assert await f.release("w", tokens[:3]) == 3

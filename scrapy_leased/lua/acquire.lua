@@ -1,3 +1,4 @@
+#!lua
 -- acquire: take one request's worth of a lane's rate budget, at the moment the request
 -- is about to be downloaded (GCRA, see lib_rate.lua). Every worker shares the budget.
 -- KEYS[1] the lane's rate HASH

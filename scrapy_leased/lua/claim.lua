@@ -1,3 +1,4 @@
+#!lua
 -- claim: take up to N requests from ready lanes and lease each one to this worker, in
 -- one atomic step. A lane is ready when its time in `lanes` has come and its rate
 -- budget allows a claim now: claims are paced at the budget's rate on their own GCRA
@@ -9,7 +10,7 @@
 -- KEYS[1] lanes     ZSET  lane -> time from which it may be served (ms)
 -- KEYS[2] leases    ZSET  claim token -> lease deadline (ms, Redis TIME)
 -- KEYS[3] inflight  HASH  claim token -> envelope
--- KEYS[4] tokens    STRING  crawl-wide claim counter (fencing tokens, only grows)
+-- KEYS[4] tokens    STRING  the last claim token issued (fencing tokens, lib_guard.lua)
 -- KEYS[5] done      BITMAP  rid -> processed
 -- KEYS[6] stats     HASH  crawl counters
 -- KEYS[7] dead      HASH  rid -> dead letter (JSON)
@@ -23,16 +24,26 @@
 -- ARGV[2] lease length in ms  ARGV[3] worker id  ARGV[4] number of candidate lanes
 -- ARGV[5] slowdown half-life ms  ARGV[6] how many ready lanes to report
 -- ARGV[7..] per candidate lane: name, interval ms (0 = no budget), burst
--- Returns {now_ms, todo, leases, next_ms, n, lane1..lane_n, m, free1..free_m, token1,
--- envelope1, ...}: lane1..n are ready lanes to pass as candidates next time, next_ms the
--- earliest time any lane is ready (now when one is); free1..m are the lanes claimed from
+-- Then the guard's four KEYS and four ARGV (lib_guard.lua: epoch, tokens, rids, this
+-- worker's claim call key; call id, epoch, token, rid seen).
+-- Returns {epoch, tokens, rids (lib_guard.lua), now_ms, todo, leases, next_ms, n,
+-- lane1..lane_n, m, free1..free_m, token1, envelope1, ...} (only the first three for a
+-- replay-only call that finds no reply): lane1..n are ready lanes to pass as candidates
+-- next time, next_ms the earliest time any lane is ready (now when one is); free1..m are
+-- the lanes claimed from
 -- that had nothing to enforce at this moment (no budget, no Crawl-delay, no block), so
 -- their requests may start without another check (LEASED_RATE_FREE_GRACE).
 -- Requests whose rid is already marked done (a stale copy requeued after its first
 -- worker acked late) are dropped here and counted in stats 'skipped_done'.
 -- A request whose lease expired before (expiries > 0: its worker died holding it) is
 -- claimed only alone, as the first and only request of a call, so that a request that
--- crashes its worker does not take other claims down with it.
+-- crashes its worker does not take other claims down with it. When it comes up after
+-- other claims of a call, it goes back to the head of its lane and its lane is served
+-- first by the next call (its time becomes 0), so it cannot starve behind other lanes.
+-- A queue member that is not valid UTF-8 is dead-lettered (invalid bytes shown as '?').
+local g = guard_open()
+local replayed = guard_replayed(g)
+if replayed then return replayed end
 local keys = {lanes = KEYS[1], stats = KEYS[6], dead = KEYS[7], seq = KEYS[8], todo = KEYS[10]}
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
@@ -81,19 +92,24 @@ while got < want and #active > 0 and not stop do
   for _, l in ipairs(active) do
     if got >= want or stop then break end
     local env, member, put_back = queue_pop(l.queue)
+    local suspect_back = false
     if env then
       if tonumber(redis.call('GET', KEYS[10]) or 0) > 0 then redis.call('DECR', KEYS[10]) end
       local rid, _, expiries = parse_envelope(env)
       if not rid then
         settle_failure(keys, l.queue, member, 'queue member is not an envelope', 1, true, now, 0)
+      elseif not utf8_valid(env) then
+        settle_failure(keys, l.queue, utf8_clean(env), 'queue member is not valid UTF-8', 1,
+          true, now, 0)
       elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
         redis.call('HINCRBY', KEYS[6], 'skipped_done', 1)
       elseif expiries ~= '0' and got > 0 then
-        put_back()  -- a suspect goes alone: next call
+        put_back()  -- a suspect goes alone: next call, its lane first
         redis.call('INCR', KEYS[10])
         stop = true
+        suspect_back = true
       else
-        local token = redis.call('INCR', KEYS[4])
+        local token = int_str(guard_token(g))
         redis.call('ZADD', KEYS[2], now + lease_ms, token)
         redis.call('HSET', KEYS[3], token, env)
         claims[#claims + 1] = token
@@ -106,6 +122,8 @@ while got < want and #active > 0 and not stop do
     end
     if redis.call('EXISTS', l.queue.z, l.queue.l) == 0 then
       redis.call('ZREM', KEYS[1], l.lane)
+    elseif suspect_back then
+      redis.call('ZADD', KEYS[1], 'XX', 0, l.lane)
     else
       redis.call('ZADD', KEYS[1], 'XX', now, l.lane)
       if l.avail > 0 then still[#still + 1] = l end
@@ -135,4 +153,4 @@ for _, lane in ipairs(ready) do out[#out + 1] = lane end
 out[#out + 1] = #free
 for _, lane in ipairs(free) do out[#out + 1] = lane end
 for _, v in ipairs(claims) do out[#out + 1] = v end
-return out
+return guard_reply(g, out)

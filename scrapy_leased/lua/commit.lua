@@ -1,3 +1,4 @@
+#!lua
 -- commit: one worker's batch of results, atomically and in this order:
 --   1. enqueue new requests, each deduplicated and pushed as ONE decision;
 --   2. ack finished claims (their children are already queued by step 1);
@@ -7,12 +8,20 @@
 -- KEYS[10] throughput (HASH 10-second bucket -> requests newly done)
 -- KEYS[11..] seen buckets (SETs of 64-bit integers) and lane queues (a ZSET, then its
 --           LIST: lib_settle.lua), by index below
+-- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's commit
+-- call key)
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
 -- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority,
 --                   index into KEYS of the lane's queue ZSET, lane, payload}
 -- then n_ack     x {token, rid}
--- then n_fail    x {token, reason, permanent (0/1), queue index into KEYS, lane}
--- Returns {enqueue results (1 queued, 0 duplicate)...,
+-- then n_fail    x {token, reason, permanent (0/1), queue index into KEYS, lane, rid}
+-- then the guard's four ARGV (call id, epoch, token, rid seen)
+-- An ack or a fail settles a claim only if the claim still holds the request it names
+-- (the envelope's rid). A stale ack (its lease is gone: the request was recovered) still
+-- marks the rid done when the claim is of the current epoch (lib_guard.lua); a rid of an
+-- earlier epoch may name another request since Redis went back, so it is not marked.
+-- Returns {epoch, tokens, rids (lib_guard.lua),
+--          enqueue results (1 queued, 0 duplicate)...,
 --          ack results (bit 1: the lease was still held, bit 2: newly counted done)...,
 --          fail results (2 dead-lettered, 1 requeued, 0 lease no longer held)...}
 -- Errors, before changing anything, when a failed claim's lane is not the one given.
@@ -21,23 +30,26 @@ local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV
 local max_attempts = tonumber(ARGV[4])
 local fail_at = 5 + 6 * n_enq + 2 * n_ack
 for i = 0, n_fail - 1 do
-  local a = fail_at + 5 * i
+  local a = fail_at + 6 * i
   local env = redis.call('HGET', KEYS[6], ARGV[a])
   if env then
     local rid, _, _, _, lane = parse_envelope(env)
-    if rid and lane ~= ARGV[a + 4] then
+    if rid and lane ~= ARGV[a + 4] and (ARGV[a + 5] == '' or rid == ARGV[a + 5]) then
       return redis.error_reply('commit: claim ' .. ARGV[a] .. ' is in lane ' .. lane ..
         ', not ' .. ARGV[a + 4])
     end
   end
 end
+local g = guard_open()
+local replayed = guard_replayed(g)
+if replayed then return replayed end
 local out = {}
 local a = 5
 local queued, dups = 0, 0
 for _ = 1, n_enq do
   local bucket = tonumber(ARGV[a])
   if bucket == 0 or redis.call('SADD', KEYS[bucket], ARGV[a + 1]) == 1 then
-    local rid = redis.call('INCR', KEYS[9])
+    local rid = guard_rid(g)
     queue_push(keys, lane_queue(tonumber(ARGV[a + 3])), ARGV[a + 4],
       rid .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 4] .. '|' .. ARGV[a + 5], ARGV[a + 2], false)
     out[#out + 1] = 1
@@ -50,14 +62,26 @@ for _ = 1, n_enq do
 end
 if queued > 0 then redis.call('HINCRBY', KEYS[4], 'enqueued', queued) end
 if dups > 0 then redis.call('HINCRBY', KEYS[4], 'duplicates', dups) end
-local done_new, acked = 0, 0
+local done_new, acked, untrusted = 0, 0, 0
 for _ = 1, n_ack do
   local token, rid = ARGV[a], ARGV[a + 1]
-  local held = redis.call('ZREM', KEYS[5], token)
-  redis.call('HDEL', KEYS[6], token)
-  local newly_done = held
-  if tonumber(rid) <= MAX_BITMAP_RID then
+  local env = redis.call('HGET', KEYS[6], token)
+  local held, trusted = 0, false
+  if env and parse_envelope(env) == rid then
+    held = redis.call('ZREM', KEYS[5], token)
+    redis.call('HDEL', KEYS[6], token)
+    trusted = true
+  elseif not env then
+    held = redis.call('ZREM', KEYS[5], token)  -- a lease without an envelope goes too
+    trusted = not guard_before_epoch(g, token)
+  end
+  local newly_done = 0
+  if not trusted then
+    untrusted = untrusted + 1
+  elseif tonumber(rid) <= MAX_BITMAP_RID then
     newly_done = 1 - redis.call('SETBIT', KEYS[7], rid, 1)
+  else
+    newly_done = held
   end
   done_new = done_new + newly_done
   out[#out + 1] = held + 2 * newly_done
@@ -65,26 +89,34 @@ for _ = 1, n_ack do
   a = a + 2
 end
 if acked > 0 then redis.call('HINCRBY', KEYS[4], 'acked', acked) end
+if untrusted > 0 then redis.call('HINCRBY', KEYS[4], 'acked_earlier_epoch', untrusted) end
 if done_new > 0 then
   redis.call('HINCRBY', KEYS[4], 'done', done_new)
   local bucket = math.floor(server_ms() / 10000)
   redis.call('HINCRBY', KEYS[10], bucket, done_new)
-  redis.call('HDEL', KEYS[10], bucket - 7, bucket - 8, bucket - 9, bucket - 10, bucket - 11)
+  if redis.call('HLEN', KEYS[10]) > 7 then  -- keep the last 7 buckets (admin.py reads 6)
+    for _, b in ipairs(redis.call('HKEYS', KEYS[10])) do
+      local n = tonumber(b)
+      if not n or n < bucket - 6 or n > bucket then redis.call('HDEL', KEYS[10], b) end
+    end
+  end
 end
 if n_fail > 0 then
   local now = server_ms()
   for _ = 1, n_fail do
-    local token = ARGV[a]
-    if redis.call('ZREM', KEYS[5], token) == 1 then
-      local env = redis.call('HGET', KEYS[6], token)
+    local token, rid = ARGV[a], ARGV[a + 5]
+    local env = redis.call('HGET', KEYS[6], token)
+    if env and (rid == '' or parse_envelope(env) == rid)
+        and redis.call('ZREM', KEYS[5], token) == 1 then
       redis.call('HDEL', KEYS[6], token)
       redis.call('HINCRBY', KEYS[4], 'failed', 1)
       out[#out + 1] = 1 + settle_failure(keys, lane_queue(tonumber(ARGV[a + 3])), env, ARGV[a + 1],
         max_attempts, ARGV[a + 2] == '1', now, 0)
     else
+      if not env then redis.call('ZREM', KEYS[5], token) end
       out[#out + 1] = 0
     end
-    a = a + 5
+    a = a + 6
   end
 end
-return out
+return guard_reply(g, out)

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- expired: read (change nothing) up to N leases whose deadline has passed, with their
 -- envelopes, so the caller can name the lane queues that recover.lua needs in KEYS.
 -- KEYS[1] leases ZSET token -> deadline (ms)  KEYS[2] inflight HASH token -> envelope

@@ -11,6 +11,11 @@
 --   ctat the same GCRA clock for claims: claims of the lane are paced at the budget's
 --        rate too, so workers do not claim requests the budget cannot serve soon
 --        (tat, taken at download time, is what the guarantee rests on)
+--   ti, cti  the interval at which tat, ctat were last advanced. The time a clock runs
+--        ahead of now stands for (tat - now) / ti requests already started; when the
+--        interval changes (Crawl-delay, a slowdown and its recovery), that much is
+--        rescaled to the new interval, so a longer interval does not let a burst through
+--        on credit counted at the shorter one.
 -- interval 0 means no budget: only blk and cd apply.
 
 local function rate_state(key)
@@ -28,6 +33,15 @@ local function effective_interval(interval, pf, pt, cd, now, half_life)
   return math.max(interval * slowdown(pf, pt, now, half_life), cd)
 end
 
+-- A GCRA clock (field f, its interval in field fi) at interval t: at least now, and the
+-- time it ran ahead of now rescaled from the interval it was advanced at to t.
+local function rate_clock(key, f, fi, t, now)
+  local v = redis.call('HMGET', key, f, fi)
+  local at, ti = math.max(tonumber(v[1]) or 0, now), tonumber(v[2])
+  if ti and ti > 0 and ti ~= t and at > now then at = now + (at - now) * t / ti end
+  return at
+end
+
 -- How many requests of the lane may be claimed now, and the lane's effective interval
 -- (0: no budget); when none may, the time from which one may.
 local function rate_claimable(key, interval, burst, now, half_life)
@@ -36,7 +50,7 @@ local function rate_claimable(key, interval, burst, now, half_life)
   local t = effective_interval(interval, pf, pt, cd, now, half_life)
   if t <= 0 then return 1000000000, 0, now end
   local tau = (burst - 1) * t
-  local ctat = math.max(tonumber(redis.call('HGET', key, 'ctat')) or 0, now)
+  local ctat = rate_clock(key, 'ctat', 'cti', t, now)
   local n = math.floor((now + tau - ctat) / t) + 1
   if n <= 0 then return 0, t, ctat - tau end
   return math.min(n, burst), t, now
@@ -44,8 +58,8 @@ end
 
 -- Record n claims of the lane (interval t > 0); returns when the next may be claimed.
 local function rate_claimed(key, n, t, burst, now)
-  local ctat = math.max(tonumber(redis.call('HGET', key, 'ctat')) or 0, now) + n * t
-  redis.call('HSET', key, 'ctat', ctat)
+  local ctat = rate_clock(key, 'ctat', 'cti', t, now) + n * t
+  redis.call('HSET', key, 'ctat', ctat, 'cti', t)
   redis.call('PEXPIRE', key, math.floor(ctat - now) + 3600000)
   return ctat - (burst - 1) * t
 end
@@ -58,10 +72,10 @@ local function rate_take(key, interval, burst, now, half_life)
   local t = effective_interval(interval, pf, pt, cd, now, half_life)
   if t <= 0 then return 0, now end
   local tau = (burst - 1) * t
-  tat = math.max(tat, now)
+  tat = rate_clock(key, 'tat', 'ti', t, now)
   if tat - tau > now then return tat - tau - now, tat - tau end
   tat = tat + t
-  redis.call('HSET', key, 'tat', tat)
+  redis.call('HSET', key, 'tat', tat, 'ti', t)
   redis.call('PEXPIRE', key, math.floor(tat - now) + 3600000)
   return 0, tat - tau
 end

@@ -40,6 +40,61 @@ local function clip(s, n)
   return string.sub(s, 1, n)
 end
 
+-- The length of the valid UTF-8 sequence starting at byte i of s, or nil (what
+-- Python's strict UTF-8 decoder accepts: no overlong forms, no surrogates).
+local function utf8_seq(s, i)
+  local c = string.byte(s, i)
+  if c < 128 then return 1 end
+  local len, lo, hi = 0, 128, 191
+  if c >= 194 and c <= 223 then len = 2
+  elseif c >= 224 and c <= 239 then
+    len = 3
+    if c == 224 then lo = 160 elseif c == 237 then hi = 159 end
+  elseif c >= 240 and c <= 244 then
+    len = 4
+    if c == 240 then lo = 144 elseif c == 244 then hi = 143 end
+  else
+    return nil
+  end
+  if i + len - 1 > #s then return nil end
+  local b = string.byte(s, i + 1)
+  if b < lo or b > hi then return nil end
+  for j = i + 2, i + len - 1 do
+    b = string.byte(s, j)
+    if b < 128 or b > 191 then return nil end
+  end
+  return len
+end
+
+-- Whether s is valid UTF-8 (a queue member pushed by hand may not be).
+local function utf8_valid(s)
+  if not string.find(s, '[\128-\255]') then return true end
+  local i = 1
+  while i <= #s do
+    local len = utf8_seq(s, i)
+    if not len then return false end
+    i = i + len
+  end
+  return true
+end
+
+-- s with every byte that is not part of valid UTF-8 replaced by '?'.
+local function utf8_clean(s)
+  if utf8_valid(s) then return s end
+  local parts, i = {}, 1
+  while i <= #s do
+    local len = utf8_seq(s, i)
+    if len then
+      parts[#parts + 1] = string.sub(s, i, i + len - 1)
+      i = i + len
+    else
+      parts[#parts + 1] = '?'
+      i = i + 1
+    end
+  end
+  return table.concat(parts)
+end
+
 local function parse_envelope(env)
   return string.match(env, '^(%d+)|(%d+)|(%d+)|(%-?%d+)|([^|]*)|(.*)$')
 end
@@ -81,7 +136,7 @@ local function settle_failure(keys, q, env, reason, max_attempts, permanent, now
   if not rid then
     redis.call('HSET', keys.dead, 'malformed:' .. redis.sha1hex(env), cjson.encode({
       reason = 'malformed envelope: ' .. clip(reason, 400), attempts = 0,
-      envelope = env, t = now_ms}))
+      envelope = utf8_clean(env), t = now_ms}))
     redis.call('HINCRBY', keys.stats, 'dead', 1)
     return 1
   end

@@ -1,3 +1,4 @@
+#!lua
 -- penalize: the host behind a lane asked the whole fleet to slow down.
 -- KEYS[1] the lane's rate HASH  KEYS[2] lanes ZSET lane -> ready time (ms)
 -- ARGV[1] lane

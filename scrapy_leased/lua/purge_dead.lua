@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- purge_dead: delete dead letters for good (the requests are not processed).
 -- KEYS[1] dead   HASH rid -> dead letter (JSON)
 -- KEYS[2] stats  HASH crawl counters ('purged_dead' counts the deleted letters)

@@ -1,16 +1,24 @@
+#!lua
 -- recover: return expired leases to their lane's queue, counting one attempt each (a
 -- request that kills its worker every time ends in the dead letters). The caller first
 -- reads the expired leases with expired.lua to learn their lanes; each lease is checked
 -- again here, so every worker may run recovery at once and each expired lease is
 -- recovered by exactly one caller.
+-- A lease of a claim issued before the current epoch (lib_guard.lua: Redis restarted or
+-- went back in time since) is requeued without counting an attempt: Redis may have
+-- forgotten the ack of a worker that finished it, or the renewals of one that lives.
 -- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
 -- KEYS[6] inflight  KEYS[7] dead  KEYS[8..] lane queues (a ZSET, then its LIST)
--- ARGV[1] max_attempts, then pairs {token, index into KEYS of its lane's queue ZSET}
--- Returns {requeued, dead-lettered}.
+-- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, any key)
+-- ARGV[1] max_attempts, then pairs {token, index into KEYS of its lane's queue ZSET},
+-- then the guard's four ARGV (call id '', epoch, token, rid seen)
+-- Returns {epoch, tokens, rids (lib_guard.lua), requeued, dead-lettered, requeued
+-- without an attempt}; stats 'recovered' and 'recovered_epoch' count the requeued.
+local g = guard_open()
 local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3], stats = KEYS[4], dead = KEYS[7]}
 local now = server_ms()
-local requeued, dead = 0, 0
-for i = 2, #ARGV, 2 do
+local requeued, dead, forgiven = 0, 0, 0
+for i = 2, #ARGV - GUARD_ARGS, 2 do
   local token = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[5], token)
   if deadline and tonumber(deadline) <= now then
@@ -18,8 +26,13 @@ for i = 2, #ARGV, 2 do
     local env = redis.call('HGET', KEYS[6], token)
     redis.call('HDEL', KEYS[6], token)
     if env then
-      if settle_failure(keys, lane_queue(tonumber(ARGV[i + 1])), env,
-          'lease expired: its worker died or stalled', tonumber(ARGV[1]), false, now, 1) == 1 then
+      local q = lane_queue(tonumber(ARGV[i + 1]))
+      local rid, _, _, priority, lane = parse_envelope(env)
+      if rid and guard_before_epoch(g, token) then
+        queue_push(keys, q, lane, env, priority, false)
+        forgiven = forgiven + 1
+      elseif settle_failure(keys, q, env, 'lease expired: its worker died or stalled',
+          tonumber(ARGV[1]), false, now, 1) == 1 then
         dead = dead + 1
       else
         requeued = requeued + 1
@@ -28,4 +41,5 @@ for i = 2, #ARGV, 2 do
   end
 end
 if requeued > 0 then redis.call('HINCRBY', KEYS[4], 'recovered', requeued) end
-return {requeued, dead}
+if forgiven > 0 then redis.call('HINCRBY', KEYS[4], 'recovered_epoch', forgiven) end
+return guard_reply(g, {requeued, dead, forgiven})

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- release: a worker closing gracefully gives back claims it never started. They go
 -- to the FRONT of their priority in their lane (they were at the front when claimed),
 -- in the order they were first queued (by rid), and no attempt is counted. The worker
@@ -13,7 +14,11 @@ for i = 2, #ARGV, 2 do
   if redis.call('ZREM', KEYS[5], ARGV[i]) == 1 then
     local env = redis.call('HGET', KEYS[6], ARGV[i])
     redis.call('HDEL', KEYS[6], ARGV[i])
-    local rid, _, _, priority, lane = parse_envelope(env)
+    local rid, priority, lane
+    if env then
+      local _a, _e
+      rid, _a, _e, priority, lane = parse_envelope(env)
+    end
     if rid then
       back[#back + 1] = {rid = tonumber(rid), env = env, priority = priority, lane = lane,
         q = lane_queue(tonumber(ARGV[i + 1]))}

@@ -1,21 +1,37 @@
+#!lua flags=allow-oom
 -- renew: heartbeat of one worker. Refreshes its registry entry and extends the
 -- leases it still holds. A lease that was already reaped is NOT recreated (ZADD XX).
+-- Runs when Redis is out of memory (allow-oom: it only extends what exists), so a live
+-- worker keeps its leases while recovery, which needs memory, is refused.
+-- Registry entries of workers silent for longer than the prune age are removed (up to
+-- 1000 per call): a worker killed without closing leaves its entry behind.
 -- KEYS[1] leases  ZSET token -> deadline (ms)
 -- KEYS[2] workers ZSET worker id -> last heartbeat (ms)
 -- KEYS[3] worker_info HASH worker id -> JSON about the worker
+-- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, any key)
 -- ARGV[1] lease length in ms  ARGV[2] worker id  ARGV[3] worker info JSON ('' = keep)
--- ARGV[4..] claim tokens held
--- Returns {now_ms, lost token, lost token, ...}
+-- ARGV[4] prune age ms (0 = never prune)
+-- ARGV[5..] claim tokens held, then the guard's four ARGV (call id '', epoch, token, rid)
+-- Returns {epoch, tokens, rids (lib_guard.lua), now_ms, lost token, lost token, ...}
+local g = guard_open()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[2], now, ARGV[2])
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[3]) end
+local prune = tonumber(ARGV[4])
+if prune > 0 then
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - prune, 'LIMIT', 0, 1000)
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[2], unpack(gone))
+    redis.call('HDEL', KEYS[3], unpack(gone))
+  end
+end
 local deadline = now + tonumber(ARGV[1])
 local out = {now}
-for i = 4, #ARGV do
+for i = 5, #ARGV - GUARD_ARGS do
   if redis.call('ZADD', KEYS[1], 'XX', 'CH', deadline, ARGV[i]) == 0
       and not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
     out[#out + 1] = ARGV[i]
   end
 end
-return out
+return guard_reply(g, out)

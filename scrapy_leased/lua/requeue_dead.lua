@@ -1,3 +1,4 @@
+#!lua
 -- requeue_dead: put dead letters back in the queue of their lane, attempts and
 -- expiries reset to 0, at the back of their priority (a fresh sequence number): the
 -- way commit.lua queues a new request (queue_push, lib_settle.lua). The request keeps

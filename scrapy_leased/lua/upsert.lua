@@ -1,3 +1,4 @@
+#!lua
 -- upsert: write item records, each one unless a newer claim already wrote its key
 -- (fencing: claim tokens only grow, so an older token means a stale worker).
 -- KEYS[1..] record hashes (HASH key -> record JSON), one per item type in the batch

@@ -64,7 +64,7 @@ class UpsertPipeline:
 
             redis_url = await asyncio.to_thread(ensure_embedded_redis, self.leased.embedded_dir,
                                                 self.leased.embedded_server)
-        self.store = make_store(self.config, crawl_id, redis_url)
+        self.store = make_store(self.config, crawl_id, redis_url, self.leased.connect_timeout)
         try:
             await self.store.open()
         except (StoreError, LeasedRedisError) as exc:

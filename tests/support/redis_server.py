@@ -13,6 +13,10 @@ its own temp dir; ``save ""`` (no RDB snapshots); optionally AOF with
     srv.restart()      # shutdown() (or kill() with crash=True) then start(), same port + dir
     srv.stop()         # = kill(); dir kept, start() may follow
     srv.close()        # kill and remove the temp dir (final; fixtures/atexit do it)
+    srv.snapshot()     # (no AOF) BGSAVE, then keep a copy of that RDB file
+    srv.rollback()     # kill -9, then start again from the kept copy: Redis goes back to
+                       # the moment of snapshot() (what a failover to a lagging replica or
+                       # a restart from an older file does)
 
 The process is killed at interpreter exit (atexit) and, on Linux, also if the
 test process dies abruptly (PR_SET_PDEATHSIG).
@@ -297,6 +301,43 @@ class RedisServer:
     def stop(self) -> None:
         """SIGKILL the server; the dir is kept, so ``start()`` can follow."""
         self.kill()
+
+    # -- going back in time ------------------------------------------------
+    @property
+    def snapshot_path(self) -> Path:
+        return self.dir / "snapshot.rdb"
+
+    def snapshot(self, timeout: float = 30.0) -> None:
+        """Save the dataset now (BGSAVE: a fork, so exactly this moment) and keep a copy
+        of the file for ``rollback()``. Needs ``appendonly=False`` (Redis then starts from
+        the RDB file)."""
+        if self.appendonly:
+            raise RuntimeError("snapshot()/rollback() need a RedisServer without AOF")
+        c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=timeout)
+        try:
+            before = c.info("persistence")["rdb_saves"]
+            c.bgsave()
+            deadline = time.monotonic() + timeout
+            while True:
+                info = c.info("persistence")
+                if not info["rdb_bgsave_in_progress"] and info["rdb_saves"] > before:
+                    break
+                if not info["rdb_bgsave_in_progress"] and info.get("rdb_last_bgsave_status") \
+                        not in (None, "ok"):
+                    raise RuntimeError(f"BGSAVE failed: {info}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("BGSAVE did not finish in time")
+                time.sleep(0.005)
+        finally:
+            c.close()
+        shutil.copyfile(self.dir / "dump.rdb", self.snapshot_path)
+
+    def rollback(self, timeout: float = 10.0) -> "RedisServer":
+        """kill -9, then start again on the same port from the file ``snapshot()`` kept:
+        every write since the snapshot is lost."""
+        self.kill()
+        shutil.copyfile(self.snapshot_path, self.dir / "dump.rdb")
+        return self.start(timeout=timeout)
 
     def close(self) -> None:
         """Final: SIGKILL and remove the temp dir (fixtures and atexit do this)."""

@@ -15,12 +15,13 @@ class SiteSpider(scrapy.Spider):
       callback awaits ``asyncio.sleep(slow_seconds)`` (default 1) before yielding.
     - ``raise_path``: the callback raises ``RuntimeError("boom <url>")``.
     - ``exit_path``: the callback calls ``os._exit(3)`` (hard worker crash).
+    - ``claim_field``: items get this field with the claim token of their request.
     """
 
     name = "site"
 
     def __init__(self, start_url=None, worker=None, slow_path=None, slow_seconds="1",
-                 raise_path=None, exit_path=None, *args, **kwargs):
+                 raise_path=None, exit_path=None, claim_field=None, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if not start_url:
             raise ValueError("spider 'site' needs -a start_url=URL[,URL...]")
@@ -30,6 +31,7 @@ class SiteSpider(scrapy.Spider):
         self.slow_seconds = float(slow_seconds)
         self.raise_path = raise_path or None
         self.exit_path = exit_path or None
+        self.claim_field = claim_field or None
 
     # start(): Scrapy's default, i.e. Request(url, dont_filter=True) per start_urls entry
 
@@ -41,10 +43,13 @@ class SiteSpider(scrapy.Spider):
             raise RuntimeError(f"boom {url}")
         if self.slow_path and self.slow_path in url:
             await asyncio.sleep(self.slow_seconds)
-        yield {
+        item = {
             "url": url,
             "title": response.css("title::text").get(),
             "worker": self.worker,
         }
+        if self.claim_field:
+            item[self.claim_field] = response.meta.get("_leased_claim")
+        yield item
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, callback=self.parse)

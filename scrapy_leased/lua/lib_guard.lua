@@ -1,0 +1,107 @@
+-- Shared guards of the scripts that hand out, renew or settle claims (claim.lua,
+-- commit.lua, recover.lua, renew.lua), prepended by Python. Not a script on its own.
+--
+-- 1. Epochs. Redis may come back older than the state the workers saw: restarted from
+--    an fsync-everysec AOF or an RDB, or failed over to a replica that lagged. A new
+--    epoch starts when Redis runs with another run id than the one the epoch was
+--    started for (a restart, a failover), or when the caller has seen an epoch, a token
+--    or a request id (rid) that Redis no longer has. The epoch's number is the first
+--    token issued in it.
+--    Tokens are never issued twice: each one is above the last one issued, above every
+--    token the caller saw, and at least Redis TIME in microseconds, so the tokens issued
+--    after a rollback exceed every token issued before it (this assumes a server clock
+--    that never goes back by more than a restart or a failover takes: NTP-synchronised
+--    machines). Rids stay dense (they are offsets in the done bitmap): the counter is
+--    raised past the highest rid the caller saw, and a rid named by a claim of an
+--    earlier epoch (a token below the epoch) may name another request now: it is trusted
+--    only while that claim is still held.
+-- 2. Replays. A call may carry an id; its reply is then kept under the caller's call key
+--    (CrawlKeys.call) for CALL_TTL_MS, and the same call sent again (its reply was lost,
+--    the client resent it) is answered from there without running again. An id starting
+--    with '?' only asks for a recorded reply: without one, nothing is changed.
+-- The guard's KEYS are the last four of the script: epoch HASH, tokens STRING, rids
+-- STRING, call key (any key when there is no call id); its ARGV the last four: call id
+-- ('' = none), then the highest epoch, token and rid the caller has seen (0 = none).
+-- A guarded script's reply starts with {epoch, tokens, rids} as they are after the call.
+
+local GUARD_KEYS, GUARD_ARGS = 4, 4
+local CALL_TTL_MS = 600000
+
+local function int_str(n)
+  return string.format('%d', n)
+end
+
+local function guard_now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- A new token: above the last one, above what the caller saw, at least now in µs.
+local function guard_token(g)
+  local t = math.max(g.last_token + 1, g.seen_t + 1, guard_now_us())
+  g.last_token = t
+  redis.call('SET', g.tokens, int_str(t))
+  return t
+end
+
+local function guard_open()
+  local nk, na = #KEYS, #ARGV
+  local g = {epoch = KEYS[nk - 3], tokens = KEYS[nk - 2], rids = KEYS[nk - 1], call = KEYS[nk],
+    id = ARGV[na - 3], seen_e = tonumber(ARGV[na - 2]) or 0,
+    seen_t = tonumber(ARGV[na - 1]) or 0, seen_r = tonumber(ARGV[na]) or 0, new = false}
+  local ok, info = pcall(redis.call, 'INFO', 'server')
+  local run = ok and type(info) == 'string' and string.match(info, 'run_id:(%w+)') or ''
+  local stored = redis.call('HMGET', g.epoch, 'e', 'run')
+  local e = tonumber(stored[1])
+  g.last_token = tonumber(redis.call('GET', g.tokens) or 0) or 0
+  g.last_rid = tonumber(redis.call('GET', g.rids) or 0) or 0
+  if not e or stored[2] ~= run or g.seen_e > e or g.seen_t > g.last_token
+      or g.seen_r > g.last_rid then
+    if g.seen_r > g.last_rid then
+      g.last_rid = g.seen_r
+      redis.call('SET', g.rids, int_str(g.seen_r))
+    end
+    e = guard_token(g)
+    redis.call('HSET', g.epoch, 'e', int_str(e), 'run', run)
+    g.new = true
+  end
+  g.e = e
+  if g.id ~= '' then
+    g.replay_only = string.sub(g.id, 1, 1) == '?'
+    if g.replay_only then g.id = string.sub(g.id, 2) end
+    local v = redis.call('GET', g.call)
+    if v and string.sub(v, 1, #g.id + 1) == g.id .. ' ' then
+      g.replayed = cmsgpack.unpack(string.sub(v, #g.id + 2))
+    end
+  end
+  return g
+end
+
+-- A new request id (dense: the done bitmap's offsets).
+local function guard_rid(g)
+  g.last_rid = redis.call('INCR', g.rids)
+  return g.last_rid
+end
+
+-- Whether a claim token was issued before the current epoch began.
+local function guard_before_epoch(g, token)
+  return tonumber(token) < g.e
+end
+
+-- The script's reply: {epoch, tokens, rids, out...}; recorded under the call id.
+local function guard_reply(g, out)
+  if g.id ~= '' and not g.replayed and not g.replay_only then
+    redis.call('SET', g.call, g.id .. ' ' .. cmsgpack.pack(out), 'PX', CALL_TTL_MS)
+  end
+  local reply = {int_str(g.e), int_str(g.last_token), int_str(g.last_rid)}
+  for i = 1, #out do reply[i + 3] = out[i] end
+  return reply
+end
+
+-- Call at the start of a guarded script, after guard_open: the reply to return at
+-- once (a replay, or nothing for a replay-only call without a recorded reply), or nil.
+local function guard_replayed(g)
+  if g.replayed then return guard_reply(g, g.replayed) end
+  if g.replay_only then return guard_reply(g, {}) end
+  return nil
+end
