@@ -184,7 +184,8 @@ def test_five_rollbacks_during_a_three_worker_crawl_lose_nothing(
     missing = site.all_page_paths() - set(counts)
     wstats = [w.stats() for w in workers]
     twice = sum(1 for c in counts.values() if c > 1)
-    print(f"\nfetches during each 1.5 s lost: {marks}; pages fetched twice or more: {twice}; "
+    print(f"\nfetches during each 1.5 s lost: {marks}; pages never fetched: {len(missing)}; "
+          f"dead letters: {dead}; pages fetched twice or more: {twice}; "
           f"fetches {sum(counts.values())} for {pages} pages; stats: "
           f"recovered_epoch={st.get('recovered_epoch', 0)} recovered={st.get('recovered', 0)} "
           f"acked_earlier_epoch={st.get('acked_earlier_epoch', 0)}; epoch changes seen by the "

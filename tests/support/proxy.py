@@ -1,6 +1,6 @@
 """A TCP proxy between Redis clients and a Redis server that loses replies.
 
-It forwards everything, parses both directions (RESP2), and when the reply to a script
+It forwards everything, parses both directions (RESP2, RESP3), and when the reply to a script
 call (``EVALSHA``, optionally only for some SHA1s) arrives and a drop is due, it closes
 the client's connection instead of forwarding that reply: Redis ran the script, the
 client never learns its result (what a network cut right after the write does). Every
@@ -38,31 +38,44 @@ def _line_end(buf: bytes | bytearray, pos: int) -> int | None:
     return None if end < 0 else end
 
 
+_SIMPLE = frozenset(b"+-:_#,(")  # one line
+_BLOB = frozenset(b"$!=")  # a length, then that many bytes
+_AGGREGATE = {ord("*"): 1, ord("~"): 1, ord(">"): 1, ord("%"): 2}  # n (pairs for maps)
+
+
 def parse_reply(buf: bytes | bytearray, pos: int = 0) -> int | None:
-    """The end offset of the RESP2 value starting at ``pos``, or None if incomplete."""
+    """The end offset of the RESP2 or RESP3 value starting at ``pos`` (redis-py speaks
+    RESP3 when it can), or None if it is incomplete."""
     if pos >= len(buf):
         return None
-    kind = buf[pos:pos + 1]
+    kind = buf[pos]
     end = _line_end(buf, pos)
     if end is None:
         return None
-    if kind in (b"+", b"-", b":"):
+    if kind in _SIMPLE:
         return end + 2
     n = int(buf[pos + 1:end])
-    if kind == b"$":
+    if kind in _BLOB:
         if n < 0:
             return end + 2
         stop = end + 2 + n + 2
         return stop if stop <= len(buf) else None
-    if kind == b"*":
-        p: int | None = end + 2
-        for _ in range(max(n, 0)):
-            assert p is not None
-            p = parse_reply(buf, p)
-            if p is None:
-                return None
-        return p
-    raise ValueError(f"unexpected RESP type {kind!r} at {pos}")
+    if kind == ord("|"):  # attributes, then the value they are about
+        p = _elements(buf, end + 2, 2 * n)
+        return None if p is None else parse_reply(buf, p)
+    if kind in _AGGREGATE:
+        return _elements(buf, end + 2, max(n, 0) * _AGGREGATE[kind])
+    raise ValueError(f"unexpected RESP type {chr(kind)!r} at {pos}")
+
+
+def _elements(buf: bytes | bytearray, pos: int, n: int) -> int | None:
+    p: int | None = pos
+    for _ in range(n):
+        assert p is not None
+        p = parse_reply(buf, p)
+        if p is None:
+            return None
+    return p
 
 
 def parse_command(buf: bytes | bytearray, pos: int = 0) -> tuple[int, list[bytes]] | None:
@@ -138,7 +151,7 @@ class LossyProxy:
                         del buf[:end]
                     swriter.write(data)
                     await swriter.drain()
-            except (ConnectionError, OSError):
+            except Exception:  # a reset, or bytes it cannot parse: cut the connection
                 pass
             closed.set()
 
@@ -167,7 +180,7 @@ class LossyProxy:
                     if out:
                         cwriter.write(bytes(out))
                         await cwriter.drain()
-            except (ConnectionError, OSError):
+            except Exception:  # a reset, or bytes it cannot parse: cut the connection
                 pass
             closed.set()
 
@@ -182,7 +195,7 @@ class LossyProxy:
                 pass
 
     def _drop(self, words: list[bytes], reply: bytes) -> bool:
-        if not words or words[0].upper() != b"EVALSHA" or reply[:1] == b"-" \
+        if not words or words[0].upper() != b"EVALSHA" or reply[:1] in (b"-", b"!") \
                 or reply.startswith(b"+QUEUED"):
             return False
         sha = words[1].decode() if len(words) > 1 else ""
