@@ -213,3 +213,37 @@ def test_five_rollbacks_during_a_three_worker_crawl_lose_nothing(
           f"one of its newest claim")
     assert processed_twice > 0  # the rollbacks made pages run again: the fence was needed
     assert Counter(urlsplit(u).path for u in tokens) == Counter(site.all_page_paths())
+
+
+def test_a_worker_drops_the_unstarted_claims_a_rollback_made_redis_forget(
+        make_site, start_worker, crawl_id):
+    """A worker holding claims it has not started yet (LEASED_PREFETCH) learns the new
+    epoch, renews at once, and drops those Redis no longer has: their requests are in
+    Redis's queue again (or will be found again), so it does not fetch them a second time
+    for nothing."""
+    pages = 120
+    site = make_site(pages=pages, delay=0.2)
+    settings = {"CONCURRENT_REQUESTS": 2, "LEASED_PREFETCH": 12, "LEASED_LEASE_SECONDS": 3,
+                "LEASED_RENEW_INTERVAL": 1, "LEASED_LOGSTATS_INTERVAL": 0}
+    keys = CrawlKeys(crawl_id)
+    with RedisServer() as srv:
+        r = srv.client(decode_responses=True)
+        w = start_worker(srv.url, crawl_id, site.url + "/p/0", settings=settings)
+        wait_for(lambda: len(site.entries()) >= 20 and r.zcard(keys.leases) >= 10, 60,
+                 "a worker with prefetched claims", [w])
+        srv.snapshot()
+        claimed = int(r.hget(keys.stats, "claimed"))
+        wait_for(lambda: int(r.hget(keys.stats, "claimed")) >= claimed + 4, 30,
+                 "claims after the snapshot", [w])
+        srv.rollback()
+        assert w.wait(120) == 0, w.log_tail()
+        st = stats(srv.client(decode_responses=True), keys)
+    ws = w.stats()
+    counts = site.count_by_path(include_query=False)
+    print(f"\nunstarted claims dropped after the rollback: {ws.get('leased/dropped_lost', 0)}; "
+          f"pages fetched twice: {sum(1 for c in counts.values() if c > 1)}")
+    assert ws.get("leased/epoch_changes") == 1
+    assert ws.get("leased/dropped_lost", 0) >= 1
+    assert w.close_reason() == "finished"
+    assert set(counts) == site.all_page_paths()
+    assert st["done"] == pages and "dead" not in st
