@@ -137,7 +137,9 @@ class Frontier:
     commits carry a call id, so a call whose reply was lost and that is sent again (by
     redis-py's retry, or by the caller) has its effect once: a claim that raised is sent
     again, the same, by the next ``claim`` call (``resolve_claim`` at the end), and a
-    commit is sent again with its ``call_id``.
+    commit is sent again with its ``call_id``. Redis keeps the last reply of each stream
+    (claims, commits) of a caller: a caller makes its claims one at a time, and its
+    commits one at a time.
     """
 
     def __init__(self, client: Any, keys: CrawlKeys, *, lease_ms: int, max_attempts: int,

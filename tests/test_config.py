@@ -22,6 +22,7 @@ def test_defaults():
     assert c.max_attempts == 4 and c.seen_bucket_bits == 14 and not c.keep_alive
     assert c.seen_cache == 100_000
     assert c.fail_http_codes == frozenset()
+    assert c.connect_timeout == 15 and c.prune_ms == 150_000  # 5 worker TTLs
 
 
 def test_values_from_the_command_line_are_strings():
@@ -53,6 +54,8 @@ def test_redis_url_schemes(url):
     ("LEASED_PREFETCH", "-1"),
     ("LEASED_KEEP_ALIVE", "perhaps"),
     ("LEASED_FAIL_HTTP_CODES", "503,x"),
+    ("LEASED_CONNECT_TIMEOUT", "-1"),
+    ("LEASED_CONNECT_TIMEOUT", "later"),
 ])
 def test_bad_values_name_the_setting_and_the_value(name, value):
     with pytest.raises(LeasedConfigError) as err:
@@ -104,6 +107,10 @@ def test_known_seen_keeps_the_newest_entries_up_to_its_size():
     assert (4, -1) not in known and (6, -1) not in known  # the bucket is part of the key
     known.add(5, -1)  # already known: nothing moves
     assert len(known) == 3 and (5, -1) in known
+    known.clear()  # Redis went back in time: it may have forgotten them
+    assert len(known) == 0 and (5, -1) not in known
+    known.add(5, 7)
+    assert (5, 7) in known
     off = KnownSeen(0)
     off.add(1, 1)
     assert len(off) == 0 and (1, 1) not in off
