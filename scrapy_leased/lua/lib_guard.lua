@@ -36,9 +36,11 @@ local function guard_now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- A new token: above the last one, above what the caller saw, at least now in µs.
+-- A new token: above the last one, above what the caller saw, at least now in µs
+-- (Redis TIME, read once per call).
 local function guard_token(g)
-  local t = math.max(g.last_token + 1, g.seen_t + 1, guard_now_us())
+  g.now_us = g.now_us or guard_now_us()
+  local t = math.max(g.last_token + 1, g.seen_t + 1, g.now_us)
   g.last_token = t
   redis.call('SET', g.tokens, int_str(t))
   return t
