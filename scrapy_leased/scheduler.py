@@ -363,8 +363,9 @@ class LeasedScheduler(BaseScheduler):
             if not flags & 1 and "stale" not in self._warned:
                 self._warned.add("stale")
                 logger.warning("Acked a request after its lease was lost (this worker was "
-                               "too slow or paused); it may have been processed twice "
-                               "(counted in leased/acked_stale, logged once)")
+                               "too slow or paused, or Redis went back in time); it may have "
+                               "been processed twice (counted in leased/acked_stale, logged "
+                               "once)")
         for outcome in result.fails:
             stats.inc_value(("leased/failed_stale", "leased/failed", "leased/dead")[outcome])
 
@@ -515,7 +516,8 @@ class LeasedScheduler(BaseScheduler):
                     claim.lost = True
                     self.stats.inc_value("leased/lease_lost")
                     logger.warning("Lost the lease of claim %(token)d (this worker was too slow "
-                                   "or paused); another worker may process it again",
+                                   "or paused, or Redis went back in time); another worker may "
+                                   "process it again",
                                    {"token": token})
 
     async def _sweep_loop(self) -> None:

@@ -161,7 +161,7 @@ def test_200_lost_replies_during_a_three_worker_crawl(server, make_site, start_w
                                 name=f"w{i}") for i in (1, 2, 3)]
         for w in workers:
             assert w.wait(240) == 0, w.log_tail()
-        status = proxy.status()
+    status = proxy.status()  # its last figures, written when it stopped
     r = server.client(decode_responses=True)
     keys = CrawlKeys(crawl_id)
     st = stats(r, keys)
