@@ -5,8 +5,8 @@
 --    an fsync-everysec AOF or an RDB, or failed over to a replica that lagged. A new
 --    epoch starts when Redis runs with another run id than the one the epoch was
 --    started for (a restart, a failover), or when the caller has seen an epoch, a token
---    or a request id (rid) that Redis no longer has. The epoch's number is the first
---    token issued in it.
+--    or a request id (rid) that Redis no longer has (where INFO is disabled, only the
+--    latter tells). The epoch's number is the first token issued in it.
 --    Tokens are never issued twice: each one is above the last one issued, above every
 --    token the caller saw, and at least Redis TIME in microseconds, so the tokens issued
 --    after a rollback exceed every token issued before it (this assumes a server clock
