@@ -85,7 +85,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="leased-bench-"))
     crawl = f"bench-{uuid.uuid4().hex[:8]}"
     backends: list[tuple[str, dict]] = [
-        ("redis", {"LEASED_REDIS_URL": redis.url}),
+        ("redis", {"LEASED_REDIS_URL": redis.url, "LEASED_UPSERT_ENABLED": True}),
         ("sqlite", {"LEASED_UPSERT_URL": f"sqlite:///{tmp}/bench.db"}),
     ]
     try:

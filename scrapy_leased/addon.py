@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .config import LeasedConfig
+from .codec import ItemClasses
+from .config import LeasedConfig, LeasedConfigError
 from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
 from .logstats import LeasedLogStats, logstats_interval
@@ -12,6 +13,7 @@ from .budget import Budgets
 from .middleware import LeasedFailureMiddleware
 from .ratelimit import LeasedRateMiddleware
 from .scheduler import LeasedScheduler
+from .seeding import LeasedStartMiddleware
 from .upsert import UpsertConfig, UpsertFenceMiddleware, UpsertPipeline
 
 if TYPE_CHECKING:
@@ -29,14 +31,38 @@ UPSERT_PIPELINE_ORDER = 800
 UPSERT_FENCE_MIDDLEWARE_ORDER = 10
 #: The fleet log line (like Scrapy's LogStats, also at 0).
 LOGSTATS_EXTENSION_ORDER = 0
+#: Next to the engine, so no other spider middleware's process_start runs on a worker
+#: that does not seed the run.
+START_MIDDLEWARE_ORDER = 0
+ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
+
+
+def check_reactor(settings: Settings) -> None:
+    """scrapy_leased runs on asyncio: Scrapy's default reactor, or no reactor at all
+    (TWISTED_REACTOR_ENABLED = False). Any other reactor: one error naming the setting."""
+    if not settings.getbool("TWISTED_REACTOR_ENABLED", True):
+        return
+    reactor = settings.get("TWISTED_REACTOR")
+    if reactor is None:  # whatever is installed; the scheduler checks it when it opens
+        return
+    path = reactor if isinstance(reactor, str) else \
+        f"{getattr(reactor, '__module__', '')}.{getattr(reactor, '__qualname__', reactor)}"
+    if path != ASYNCIO_REACTOR:
+        raise LeasedConfigError(
+            f"TWISTED_REACTOR ({reactor!r}) must be {ASYNCIO_REACTOR!r} (Scrapy's default): "
+            "scrapy_leased runs on asyncio. Remove the setting, or set "
+            "TWISTED_REACTOR_ENABLED = False to run without a reactor.")
 
 
 class Addon:
-    """Sets the leased scheduler, dupefilter and middleware at "addon" priority, so a
-    project can still override each of them, and validates every LEASED_* setting."""
+    """Sets the leased scheduler, dupefilter and middlewares at "addon" priority, so a
+    project can still override each of them (the others then step aside), and
+    validates every LEASED_* setting and the reactor."""
 
     def update_settings(self, settings: Settings) -> None:
+        check_reactor(settings)
         config = LeasedConfig.from_settings(settings)  # fail fast, naming the bad setting
+        ItemClasses.from_settings(settings)  # validates LEASED_ITEM_MODULES
         if config.redis_url is not None:
             # one clear error, before the engine exists; a Redis that does not answer yet
             # (restarting, failing over) is waited for, up to LEASED_CONNECT_TIMEOUT
@@ -45,6 +71,9 @@ class Addon:
         settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", LeasedFailureMiddleware, FAILURE_MIDDLEWARE_ORDER
+        )
+        settings.setdefault_in_component_priority_dict(
+            "SPIDER_MIDDLEWARES", LeasedStartMiddleware, START_MIDDLEWARE_ORDER
         )
         Budgets.from_settings(settings)  # validate the rate settings too
         settings.setdefault_in_component_priority_dict(

@@ -1,23 +1,46 @@
-"""Requests as compact JSON: never pickle, callbacks and errbacks by name.
+"""Requests as compact tagged JSON: never pickle, callbacks and errbacks by name.
 
 Only non-default fields are written, under short names, so a plain GET costs little
 more than its URL. ``Request.to_dict`` is not used on the hot path: it finds a
 callback's name with ``inspect.getmembers(spider)`` for every request.
+
+``meta``, ``cb_kwargs`` (and cookies, flags, a Request subclass's extra attributes) may
+hold what Scrapy projects put there, and get it back equal: JSON types as themselves,
+and as a tagged object ``{"$leased": <tag>, "v": ...}``: ``bytes``, ``bytearray``,
+``datetime``/``date``/``time``/``timedelta``, ``Decimal``, ``UUID``, tuples, sets and
+frozensets, dicts whose keys are not all strings (or that hold the key ``$leased``
+themselves), nested ``Request`` objects, and items of any class itemadapter supports
+(``scrapy.Item``, dataclass, attrs, pydantic) when the class lives in one of the
+project's modules: the top-level packages of ``SPIDER_MODULES`` and of the spider's own
+module, and the modules named in ``LEASED_ITEM_MODULES`` (with their submodules). A
+payload read from Redis can name nothing else: a class outside those modules, or one
+that itemadapter does not take for an item class, is refused, so data in Redis cannot
+make a worker import or call anything else. What cannot be stored raises PayloadError
+naming the request and where the value sits (``meta['item']['when']``).
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
+import decimal
+import importlib
 import json
 import sys
-from collections.abc import Callable
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from itemadapter import ItemAdapter
 from scrapy import Request, Spider
 from scrapy.http.request import NO_CALLBACK
+from scrapy.settings import BaseSettings
 
-# Meta keys starting with this are the plugin's per-process bookkeeping: never stored.
-PRIVATE_META_PREFIX = "_leased"
+from .config import LeasedConfigError
+from .meta import PRIVATE_META_PREFIX
+
+TAG = "$leased"
 _DIRECT = ("method", "cookies", "meta", "encoding", "dont_filter", "flags", "cb_kwargs")
 _DEFAULTS: dict[str, Any] = {
     "method": "GET", "cookies": {}, "meta": {}, "encoding": "utf-8",
@@ -26,22 +49,114 @@ _DEFAULTS: dict[str, Any] = {
 _SHORT = {"method": "m", "cookies": "c", "meta": "k", "encoding": "e",
           "dont_filter": "f", "flags": "fl", "cb_kwargs": "kw"}
 _LONG = {v: k for k, v in _SHORT.items()}
+_PACKED = ("cookies", "meta", "flags", "cb_kwargs")  # may hold more than JSON
 _HANDLED = {"url", "headers", "body", "priority", "callback", "errback", *_DIRECT}
+_SIMPLE = (str, int, float, bool, type(None))
+SUPPORTED = ("JSON types, bytes, datetime/date/time/timedelta, Decimal, UUID, tuples, sets, "
+             "Requests and items of the project's classes")
 
 
 class PayloadError(ValueError):
     """A request cannot be stored, or a stored payload cannot be turned back."""
 
 
-def _callable_name(spider: Spider, func: Callable[..., Any] | None, what: str) -> Any:
+class _Unstorable(Exception):
+    """A value that cannot be stored; ``path`` is filled in while unwinding."""
+
+    def __init__(self, value: Any, reason: str) -> None:
+        super().__init__(reason)
+        self.value = value
+        self.reason = reason
+        self.path: list[str] = []
+
+
+def _where(path: Iterable[str]) -> str:
+    return "".join(path)
+
+
+class ItemClasses:
+    """The modules item classes named in a payload may come from."""
+
+    def __init__(self, modules: Iterable[str]) -> None:
+        self.modules = tuple(dict.fromkeys(m for m in modules if m))
+        self._with: dict[str, ItemClasses] = {}
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings | None,
+                      spider: Spider | None = None) -> ItemClasses:
+        modules: list[str] = []
+        if settings is not None:
+            modules += [m.split(".")[0] for m in settings.getlist("SPIDER_MODULES")]
+            extra = settings.get("LEASED_ITEM_MODULES") or []
+            if isinstance(extra, str):
+                extra = [m.strip() for m in extra.split(",")]
+            if not isinstance(extra, (list, tuple)) or not all(
+                    isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
+                    for m in extra):
+                raise LeasedConfigError(
+                    f"LEASED_ITEM_MODULES ({settings.get('LEASED_ITEM_MODULES')!r}) must be a "
+                    "list of module names, e.g. ['myproject.items', 'shared_items'].")
+            modules += list(extra)
+        if spider is not None:
+            modules.append(type(spider).__module__.split(".")[0])
+        return cls(modules)
+
+    def with_spider(self, spider: Spider | None) -> ItemClasses:
+        if spider is None:
+            return self
+        top = type(spider).__module__.split(".")[0]
+        if top in self.modules:
+            return self
+        found = self._with.get(top)
+        if found is None:
+            found = self._with[top] = ItemClasses((*self.modules, top))
+        return found
+
+    def allows(self, module: str) -> bool:
+        return any(module == m or module.startswith(m + ".") for m in self.modules)
+
+    def name_of(self, cls: type) -> str:
+        """``module:qualname`` of an item class that payloads may name."""
+        module, qual = cls.__module__, cls.__qualname__
+        if "<locals>" in qual:
+            raise _Unstorable(cls, f"{qual} is defined inside a function: a worker cannot "
+                                   "find it by name")
+        if not self.allows(module):
+            raise _Unstorable(cls, f"its module {module!r} is not one of the project's "
+                                   f"modules ({self._describe()})")
+        return f"{module}:{qual}"
+
+    def resolve(self, name: Any) -> type:
+        module, _, qual = str(name).partition(":")
+        if not qual or not self.allows(module):
+            raise PayloadError(f"class {name!r} is not in one of the project's modules "
+                               f"({self._describe()})")
+        try:
+            obj: Any = sys.modules.get(module) or importlib.import_module(module)
+            for part in qual.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:  # noqa: BLE001 - any import or lookup failure
+            raise PayloadError(f"class {name!r} cannot be found: {type(exc).__name__}: {exc}") \
+                from None
+        if not (isinstance(obj, type) and ItemAdapter.is_item_class(obj)):
+            raise PayloadError(f"{name!r} is not an item class")
+        return obj
+
+    def _describe(self) -> str:
+        names = ", ".join(self.modules) or "none"
+        return f"{names}; SPIDER_MODULES and LEASED_ITEM_MODULES add more"
+
+
+def _callable_name(spider: Spider | None, func: Callable[..., Any] | None, what: str) -> Any:
     if func is None or func is NO_CALLBACK:
         return None if func is None else "NO_CALLBACK"
     owner = getattr(func, "__self__", None)
     name = getattr(func, "__name__", None)
-    if owner is spider and name and getattr(spider, name, None) == func:
+    if spider is not None and owner is spider and name and getattr(spider, name, None) == func:
         return name
+    spider_name = getattr(spider, "name", None)
     raise PayloadError(
-        f"{what} {func!r} is not a method of spider {spider.name!r}: scrapy_leased "
+        f"{what} {func!r} is not a method of spider {spider_name!r}: scrapy_leased "
         f"stores callbacks by name, so use a spider method."
     )
 
@@ -57,41 +172,6 @@ def _resolve(spider: Spider, name: str | None, what: str) -> Any:
         raise PayloadError(f"{what} {name!r} is not a method of spider {spider.name!r}") from None
 
 
-def encode_request(request: Request, spider: Spider) -> str:
-    """Return the request as JSON; raise PayloadError naming what cannot be stored."""
-    d: dict[str, Any] = {"u": request.url}
-    for attr in _DIRECT:
-        value = getattr(request, attr)
-        if attr == "meta":
-            value = {k: v for k, v in value.items()
-                     if not k.startswith(PRIVATE_META_PREFIX)}
-        if value != _DEFAULTS[attr]:
-            d[_SHORT[attr]] = value
-    if request.headers:
-        d["h"] = {k.decode("latin-1"): [v.decode("latin-1") for v in vs]
-                  for k, vs in request.headers.items()}
-    if request.body:
-        d["b"] = base64.b64encode(request.body).decode("ascii")
-    cb = _callable_name(spider, request.callback, "callback")
-    if cb is not None:
-        d["cb"] = cb
-    eb = _callable_name(spider, request.errback, "errback")
-    if eb is not None:
-        d["eb"] = eb
-    if type(request) is not Request:
-        d["cls"] = f"{type(request).__module__}.{type(request).__qualname__}"
-        extra = {a: getattr(request, a) for a in request.attributes if a not in _HANDLED}
-        if extra:
-            d["x"] = extra
-    try:
-        return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(
-            f"cannot store {request!r} as JSON ({exc}); meta and cb_kwargs values must be "
-            f"JSON types (str, int, float, bool, None, list, dict)"
-        ) from None
-
-
 def _request_class(path: str) -> type[Request]:
     # Never import a module because Redis said so: only classes of modules this
     # process already loaded (Scrapy's own, the project's spiders) are accepted.
@@ -102,13 +182,157 @@ def _request_class(path: str) -> type[Request]:
     return cls
 
 
-def decode_request(payload: str, spider: Spider, priority: int = 0) -> Request:
-    """Rebuild a request; raise PayloadError with the reason when impossible."""
-    try:
-        d = json.loads(payload)
-        if not isinstance(d, dict) or not isinstance(d.get("u"), str):
-            raise PayloadError("payload is not a JSON object with a 'u' (url) string")
-        kwargs: dict[str, Any] = {_LONG[k]: v for k, v in d.items() if k in _LONG}
+class Codec:
+    def __init__(self, classes: ItemClasses | None = None) -> None:
+        self.classes = classes or ItemClasses(())
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Codec:
+        return cls(ItemClasses.from_settings(settings))
+
+    # -- encode ----------------------------------------------------------------------
+
+    def encode(self, request: Request, spider: Spider | None) -> str:
+        """Return the request as JSON; raise PayloadError naming what cannot be stored."""
+        classes = self.classes.with_spider(spider)
+        try:
+            d = self._request_dict(request, spider, classes)
+        except _Unstorable as exc:
+            kind = type(exc.value)
+            raise PayloadError(
+                f"cannot store {request!r}: {_where(exc.path)} is a "
+                f"{kind.__module__}.{kind.__qualname__} ({exc.reason}); meta and cb_kwargs "
+                f"may hold {SUPPORTED} (SPIDER_MODULES, LEASED_ITEM_MODULES)") from None
+        return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+
+    def _request_dict(self, request: Request, spider: Spider | None,
+                      classes: ItemClasses, nested: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {"u": request.url}
+        if nested and request.priority:  # a queued request's priority is in its envelope
+            d["p"] = request.priority
+        for attr in _DIRECT:
+            value = getattr(request, attr)
+            if attr == "meta":
+                value = {k: v for k, v in value.items()
+                         if not (isinstance(k, str) and k.startswith(PRIVATE_META_PREFIX))}
+            if value != _DEFAULTS[attr]:
+                if attr in _PACKED:
+                    try:
+                        value = self._pack(value, classes, spider)
+                    except _Unstorable as exc:
+                        exc.path.insert(0, attr)
+                        raise
+                d[_SHORT[attr]] = value
+        if request.headers:
+            d["h"] = {k.decode("latin-1"): [v.decode("latin-1") for v in vs]
+                      for k, vs in request.headers.items()}
+        if request.body:
+            d["b"] = base64.b64encode(request.body).decode("ascii")
+        cb = _callable_name(spider, request.callback, "callback")
+        if cb is not None:
+            d["cb"] = cb
+        eb = _callable_name(spider, request.errback, "errback")
+        if eb is not None:
+            d["eb"] = eb
+        if type(request) is not Request:
+            d["cls"] = f"{type(request).__module__}.{type(request).__qualname__}"
+            extra = {a: getattr(request, a) for a in request.attributes if a not in _HANDLED}
+            if extra:
+                try:
+                    d["x"] = self._pack(extra, classes, spider)
+                except _Unstorable as exc:
+                    exc.path.insert(0, "attribute")
+                    raise
+        return d
+
+    def _pack(self, v: Any, classes: ItemClasses, spider: Spider | None) -> Any:
+        t = type(v)
+        if t in _SIMPLE:
+            return v
+        if t is list:
+            out = []
+            for i, x in enumerate(v):
+                try:
+                    out.append(self._pack(x, classes, spider))
+                except _Unstorable as exc:
+                    exc.path.insert(0, f"[{i}]")
+                    raise
+            return out
+        if t is dict:
+            if TAG not in v and all(type(k) is str for k in v):
+                packed = {}
+                for k, x in v.items():
+                    try:
+                        packed[k] = self._pack(x, classes, spider)
+                    except _Unstorable as exc:
+                        exc.path.insert(0, f"[{k!r}]")
+                        raise
+                return packed
+            return {TAG: "dict", "v": self._pairs(v, classes, spider)}
+        if t is tuple or t is set or t is frozenset:
+            return {TAG: t.__name__, "v": self._pack(list(v), classes, spider)}
+        if t is bytes or t is bytearray:
+            return {TAG: t.__name__, "v": base64.b64encode(v).decode("ascii")}
+        if t is datetime.datetime or t is datetime.date or t is datetime.time:
+            return {TAG: t.__name__, "v": v.isoformat()}
+        if t is datetime.timedelta:
+            return {TAG: "timedelta", "v": [v.days, v.seconds, v.microseconds]}
+        if t is decimal.Decimal:
+            return {TAG: "decimal", "v": str(v)}
+        if t is uuid.UUID:
+            return {TAG: "uuid", "v": str(v)}
+        if t is OrderedDict:
+            return {TAG: "odict", "v": self._pairs(v, classes, spider)}
+        if isinstance(v, Request):
+            try:
+                return {TAG: "request", "v": self._request_dict(v, spider, classes, True)}
+            except PayloadError as exc:
+                raise _Unstorable(v, str(exc)) from None
+        if ItemAdapter.is_item(v):
+            name = classes.name_of(t)
+            fields = {}
+            for k, x in ItemAdapter(v).items():
+                try:
+                    fields[k] = self._pack(x, classes, spider)
+                except _Unstorable as exc:
+                    exc.path.insert(0, f"[{k!r}]")
+                    raise
+            return {TAG: "item", "c": name, "v": fields}
+        raise _Unstorable(v, "not a type scrapy_leased can store")
+
+    def _pairs(self, v: dict[Any, Any], classes: ItemClasses,
+               spider: Spider | None) -> list[list[Any]]:
+        out = []
+        for k, x in v.items():
+            try:
+                out.append([self._pack(k, classes, spider), self._pack(x, classes, spider)])
+            except _Unstorable as exc:
+                exc.path.insert(0, f"[{k!r}]")
+                raise
+        return out
+
+    # -- decode ----------------------------------------------------------------------
+
+    def decode(self, payload: str, spider: Spider, priority: int = 0) -> Request:
+        """Rebuild a request; raise PayloadError with the reason when impossible."""
+        classes = self.classes.with_spider(spider)
+        try:
+            d = json.loads(payload)
+            if not isinstance(d, dict) or not isinstance(d.get("u"), str):
+                raise PayloadError("payload is not a JSON object with a 'u' (url) string")
+            return self._request(d, spider, priority, classes, TAG in payload)
+        except PayloadError:
+            raise
+        except Exception as exc:  # anything a hand-written or corrupted payload can cause
+            raise PayloadError(f"undecodable payload: {type(exc).__name__}: {exc}") from None
+
+    def _request(self, d: dict[str, Any], spider: Spider, priority: int,
+                 classes: ItemClasses, tagged: bool) -> Request:
+        kwargs: dict[str, Any] = {}
+        for k, v in d.items():
+            name = _LONG.get(k)
+            if name is not None:
+                kwargs[name] = self._unpack(v, classes, spider, name) if tagged else v
         if "h" in d:
             kwargs["headers"] = d["h"]
         if "b" in d:
@@ -116,9 +340,108 @@ def decode_request(payload: str, spider: Spider, priority: int = 0) -> Request:
         kwargs["callback"] = _resolve(spider, d.get("cb"), "callback")
         kwargs["errback"] = _resolve(spider, d.get("eb"), "errback")
         cls = _request_class(d["cls"]) if "cls" in d else Request
-        kwargs.update(d.get("x", {}))
-        return cls(d["u"], priority=priority, **kwargs)
-    except PayloadError:
-        raise
-    except Exception as exc:  # anything a hand-written or corrupted payload can cause
-        raise PayloadError(f"undecodable payload: {type(exc).__name__}: {exc}") from None
+        extra = d.get("x", {})
+        if tagged:
+            extra = self._unpack(extra, classes, spider, "attribute")
+        kwargs.update(extra)
+        return cls(d["u"], priority=priority if "p" not in d else d["p"], **kwargs)
+
+    def _unpack(self, v: Any, classes: ItemClasses, spider: Spider, where: str) -> Any:
+        t = type(v)
+        if t is list:
+            return [self._unpack(x, classes, spider, where) for x in v]
+        if t is not dict:
+            return v
+        tag = v.get(TAG)
+        if tag is None:
+            return {k: self._unpack(x, classes, spider, f"{where}[{k!r}]") for k, x in v.items()}
+        x = v.get("v")
+        try:
+            if tag == "dict":
+                return {self._unpack(a, classes, spider, where): self._unpack(b, classes, spider, where)
+                        for a, b in x}
+            if tag == "odict":
+                return OrderedDict((self._unpack(a, classes, spider, where),
+                                    self._unpack(b, classes, spider, where)) for a, b in x)
+            if tag in ("tuple", "set", "frozenset"):
+                items = self._unpack(x, classes, spider, where)
+                return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
+            if tag == "bytes":
+                return base64.b64decode(x, validate=True)
+            if tag == "bytearray":
+                return bytearray(base64.b64decode(x, validate=True))
+            if tag == "datetime":
+                return datetime.datetime.fromisoformat(x)
+            if tag == "date":
+                return datetime.date.fromisoformat(x)
+            if tag == "time":
+                return datetime.time.fromisoformat(x)
+            if tag == "timedelta":
+                return datetime.timedelta(days=x[0], seconds=x[1], microseconds=x[2])
+            if tag == "decimal":
+                return decimal.Decimal(x)
+            if tag == "uuid":
+                return uuid.UUID(x)
+            if tag == "request":
+                request = self._request(x, spider, 0, classes, True)
+                return request
+            if tag == "item":
+                cls = classes.resolve(v.get("c"))
+                fields = {k: self._unpack(f, classes, spider, f"{where}[{k!r}]")
+                          for k, f in x.items()}
+                return _build_item(cls, fields)
+        except PayloadError as exc:
+            raise PayloadError(f"{where}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - corrupted tagged value
+            raise PayloadError(f"{where}: bad {tag!r} value: {type(exc).__name__}: {exc}") \
+                from None
+        raise PayloadError(f"{where}: unknown tag {tag!r}")
+
+
+def _build_item(cls: type, fields: dict[str, Any]) -> Any:
+    """An item of ``cls`` with these field values (those its constructor does not take
+    are set afterwards: dataclass and attrs fields with ``init=False``)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(cls):
+        init = {f.name for f in dataclasses.fields(cls) if f.init}
+        item = cls(**{k: v for k, v in fields.items() if k in init})
+        for k, v in fields.items():
+            if k not in init:
+                object.__setattr__(item, k, v)
+        return item
+    attrs_fields = getattr(cls, "__attrs_attrs__", None)
+    if attrs_fields is not None:
+        by_name = {a.name: a for a in attrs_fields}
+        kwargs = {}
+        late = {}
+        for k, v in fields.items():
+            a = by_name.get(k)
+            if a is not None and a.init:
+                kwargs[getattr(a, "alias", None) or k.lstrip("_")] = v
+            else:
+                late[k] = v
+        item = cls(**kwargs)
+        for k, v in late.items():
+            object.__setattr__(item, k, v)
+        return item
+    if issubclass(cls, dict):
+        item = cls()
+        item.update(fields)
+        return item
+    return cls(**fields)  # scrapy.Item, pydantic
+
+
+_default = Codec()
+
+
+def encode_request(request: Request, spider: Spider | None,
+                   classes: ItemClasses | None = None) -> str:
+    """Return the request as JSON (see Codec.encode)."""
+    return (Codec(classes) if classes is not None else _default).encode(request, spider)
+
+
+def decode_request(payload: str, spider: Spider, priority: int = 0,
+                   classes: ItemClasses | None = None) -> Request:
+    """Rebuild a request (see Codec.decode)."""
+    return (Codec(classes) if classes is not None else _default).decode(payload, spider, priority)

@@ -6,6 +6,10 @@ This class turns a request into its seen-set coordinates, remembers the coordina
 Redis has confirmed (``LEASED_SEEN_CACHE`` of them: the seen set only grows, so a
 request found there is a duplicate without asking Redis again), and logs filtered
 requests the way Scrapy's ``RFPDupeFilter`` does.
+
+Used by another scheduler (a project that replaced ``SCHEDULER`` but not
+``DUPEFILTER_CLASS``), it is Scrapy's ``RFPDupeFilter``: a local filter, as without the
+add-on.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
-from scrapy.dupefilters import BaseDupeFilter
+from scrapy.dupefilters import RFPDupeFilter
+from scrapy.utils.job import job_dir
 
 from .config import LeasedConfig
 from .fingerprints import split_fingerprint
@@ -61,30 +66,37 @@ class KnownSeen:
         self._order.append(key)
 
 
-class LeasedDupeFilter(BaseDupeFilter):
+class LeasedDupeFilter(RFPDupeFilter):
     def __init__(self, crawler: Crawler, bits: int, debug: bool = False,
-                 cache_size: int = 0) -> None:
+                 cache_size: int = 0, path: str | None = None) -> None:
+        super().__init__(path, debug, fingerprinter=crawler.request_fingerprinter)
         self.crawler = crawler
-        self.fingerprinter = crawler.request_fingerprinter
         self.bits = bits
-        self.debug = debug
         self.known = KnownSeen(cache_size)
         self._logged = False
+        #: Set by LeasedScheduler: Redis decides what was seen. Otherwise (another
+        #: scheduler uses this filter) it filters locally, as RFPDupeFilter.
+        self.fleet_wide = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = LeasedConfig.from_settings(crawler.settings)
         return cls(crawler, config.seen_bucket_bits, crawler.settings.getbool("DUPEFILTER_DEBUG"),
-                   config.seen_cache)
+                   config.seen_cache, job_dir(crawler.settings))
 
     def request_seen(self, request: Request) -> bool:
-        return False  # decided atomically in Redis when the request is enqueued
+        if self.fleet_wide:
+            return False  # decided atomically in Redis when the request is enqueued
+        return super().request_seen(request)
 
     def seen_key(self, request: Request) -> tuple[int, int]:
         """(bucket, 64-bit member) of the request's fingerprint in the seen set."""
         return split_fingerprint(self.fingerprinter.fingerprint(request), self.bits)
 
     def log(self, request: Request, spider: Spider | None = None) -> None:
+        if not self.fleet_wide:
+            super().log(request, spider)  # type: ignore[arg-type]
+            return
         if self.debug:
             logger.debug("Filtered duplicate request: %(request)s", {"request": request},
                          extra={"spider": spider})

@@ -40,13 +40,16 @@ class Envelope:
 
 @dataclass(frozen=True)
 class NewRequest:
-    """A request to enqueue; ``bucket`` None means no dedupe (``dont_filter``)."""
+    """A request to enqueue; ``bucket`` None means no dedupe (``dont_filter``).
+    ``order``: where it goes in its priority (lua/lib_settle.lua): ``L`` LIFO, ``F``
+    FIFO, ``S``/``T`` a start request kept apart (FIFO/LIFO); see order.py."""
 
     payload: str
     priority: int = 0
     bucket: int | None = None
     member: int = 0
     lane: str = ""
+    order: str = "F"
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,8 @@ class Frontier:
         args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts]
         for r in enqueue:
             bucket = 0 if r.bucket is None else extra(k.seen_bucket(r.bucket))
-            args += [bucket, r.member, r.priority, extra.queue(k, r.lane), r.lane, r.payload]
+            args += [bucket, r.member, r.priority, extra.queue(k, r.lane), r.lane, r.payload,
+                     r.order]
         for token, rid in acks:
             args += [token, rid]
         for f in fails:

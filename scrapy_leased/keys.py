@@ -127,6 +127,12 @@ class CrawlKeys:
         return self._key("throughput")
 
     @property
+    def run(self) -> str:
+        """STRING: the current run of the crawl (lua/run_join.lua): the id of the worker
+        seeding it (running start()), then ``seeded``; expires when no worker is alive."""
+        return self._key("run")
+
+    @property
     def meta(self) -> str:
         """HASH: the crawl's fixed parameters (seen-set layout), checked at open."""
         return self._key("meta")

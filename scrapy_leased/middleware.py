@@ -1,7 +1,18 @@
 """Downloader middleware that reports final download failures to the scheduler.
 
 It sits next to the engine (order 10): retries and redirects have already been
-decided by the middlewares behind it, so an exception reaching it is final.
+decided by the middlewares behind it, so an exception reaching it is final, as in
+Scrapy. What happens to the request then is what Scrapy does with it:
+
+- with an errback, the errback runs (once) and decides: the request counts as done
+  unless the errback itself raises (then it fails like a callback error);
+- without one, Scrapy logs the error and moves on; the request is parked in the dead
+  letters with that error (``scrapy leased dead`` shows it, ``--requeue`` retries it),
+  never downloaded again by itself;
+- ``IgnoreRequest`` (robots.txt, offsite, a ``stop_download``...) is a normal end.
+
+A final response whose status is in ``LEASED_FAIL_HTTP_CODES`` fails the request
+(attempt +1, requeued, dead letters at ``LEASED_MAX_ATTEMPTS``).
 """
 
 from __future__ import annotations
@@ -35,15 +46,16 @@ class LeasedFailureMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler, LeasedConfig.from_settings(crawler.settings).fail_http_codes)
 
-    def _report(self, request: Request, reason: str) -> None:
+    def _report(self, request: Request, reason: str, permanent: bool) -> None:
         self.crawler.signals.send_catch_log(signals.request_failed, request=request,
-                                            reason=reason)
+                                            reason=reason, permanent=permanent)
 
     def process_response(self, request: Request, response: Response) -> Response:
         if response.status in self.fail_codes:
-            self._report(request, f"HTTP {response.status} (in LEASED_FAIL_HTTP_CODES)")
+            self._report(request, f"HTTP {response.status} (in LEASED_FAIL_HTTP_CODES)",
+                         permanent=False)
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
-        if not isinstance(exception, IgnoreRequest):
-            self._report(request, f"download error: {describe(exception)}")
+        if not isinstance(exception, IgnoreRequest) and request.errback is None:
+            self._report(request, f"download error: {describe(exception)}", permanent=True)

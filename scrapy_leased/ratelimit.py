@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import Request
-from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
 from .budget import Budgets
+from .meta import META_FREE_SINCE, META_NOT_BEFORE
+from .scheduler import leased_scheduler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -40,11 +41,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: request.meta key: seconds the scheduler must wait before handing the request out again.
-META_NOT_BEFORE = "_leased_not_before"
-#: request.meta key: time.monotonic() of the claim, set when its lane had nothing to
-#: enforce then (see the module's docstring).
-META_FREE_SINCE = "_leased_free_since"
 SLOW_DOWN_STATUSES = (429, 503)
 MAX_RETRY_AFTER_S = 3600.0
 
@@ -93,13 +89,15 @@ class LeasedRateMiddleware:
             del self._penalized[oldest]
 
     def _frontier(self) -> Any:
-        scheduler = getattr(self.crawler.engine, "_slot", None)
-        frontier = getattr(getattr(scheduler, "scheduler", None), "frontier", None)
-        if frontier is None:
-            raise NotConfigured("LeasedRateMiddleware needs scrapy_leased's scheduler")
-        return frontier
+        """The leased scheduler's frontier; None when the project replaced the
+        scheduler (this middleware then passes every request and response through)."""
+        scheduler = leased_scheduler(self.crawler)
+        return None if scheduler is None else scheduler.frontier
 
     async def process_request(self, request: Request) -> Request | None:
+        scheduler = leased_scheduler(self.crawler)
+        if scheduler is None or scheduler.frontier is None:
+            return None
         lane = self.budgets.lane_of(request)
         budget = self.budgets.for_lane(lane)
         free_since = request.meta.pop(META_FREE_SINCE, None)
@@ -108,7 +106,7 @@ class LeasedRateMiddleware:
                 and free_since > self._penalized.get(lane, float("-inf")):
             self.stats.inc_value("leased/budget_free")
             return None
-        frontier = self._frontier()
+        frontier = scheduler.frontier
         while True:
             try:
                 wait_ms = await frontier.acquire(lane, budget)
@@ -119,12 +117,14 @@ class LeasedRateMiddleware:
             if wait_ms <= 0:
                 return None
             self.stats.inc_value("leased/budget_waits")
-            if "_leased_claim" in request.meta:
+            if scheduler.is_handed(request):
                 request.meta[META_NOT_BEFORE] = wait_ms / 1000
                 return request  # back to the scheduler: frees the concurrency slot
             await asyncio.sleep(wait_ms / 1000)
 
     async def process_response(self, request: Request, response: Response) -> Response:
+        if self._frontier() is None:
+            return response
         if response.status in SLOW_DOWN_STATUSES:
             await self._slow_down(request, response)
         elif (self.budgets.obey_crawl_delay and response.status == 200

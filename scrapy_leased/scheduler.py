@@ -3,9 +3,22 @@
 A worker claims requests in batches (each claim is a lease with a token), hands them
 to the engine, and settles each claim once Scrapy has fully processed it: downloaded,
 callback run, its items through the pipelines, the requests it yielded written to
-Redis. Then the claim is acked, or failed when the download finally failed, the
-callback raised or a pipeline raised. Retries and redirects continue the same claim
-in this worker. A heartbeat renews the leases; any worker requeues expired ones.
+Redis. Then the claim is acked, or failed when the callback or errback raised or a
+pipeline raised, or parked in the dead letters when its download failed for good with
+no errback to handle it. A heartbeat renews the leases; any worker requeues expired
+ones.
+
+Continuations and new requests. Scrapy's own continuations of a request (a retry, a
+redirect, any Request a downloader middleware returns instead of a response) reach
+``enqueue_request`` while the request is still being downloaded: the engine schedules
+them as soon as the downloader hands them back, before anything reaches the scraper.
+Every other request (from a callback, an errback, a spider middleware, ``start()``)
+is scheduled while its parent's response or failure is in the scraper. So a request
+continues a claim only when the meta's claim token names a claim of this worker whose
+current request is not in the scraper; anything else is a new request for the frontier
+(deduplicated, written to Redis before its parent's ack), whatever its meta holds: a
+token copied with ``meta=response.meta``, ``request.replace()`` or ``copy()`` is never
+trusted.
 """
 
 from __future__ import annotations
@@ -24,15 +37,13 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
-from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.reactor import is_asyncio_reactor_installed
 from twisted.python.failure import Failure as TwistedFailure
 
 from . import signals as leased_signals
-from .codec import PayloadError, decode_request, encode_request
+from .codec import Codec, PayloadError
 from .config import LeasedConfig
 from .connection import LeasedRedisError, connect, redact
 from .dupefilter import LeasedDupeFilter
@@ -40,7 +51,9 @@ from .budget import Budgets
 from .frontier import Budget, ClaimResult, CommitResult, Failure, Frontier, NewRequest
 from .keys import CrawlKeys
 from .middleware import describe
-from .ratelimit import META_FREE_SINCE, META_NOT_BEFORE
+from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE
+from .order import QueueOrder
+from .run import RunMarker
 from .writer import Batch, CommitWriter
 
 if TYPE_CHECKING:
@@ -50,10 +63,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: request.meta key holding the claim token (also the fencing token) of a request
-#: this worker is processing. Copied by retries and redirects; never stored.
-META_CLAIM = "_leased_claim"
 RETRY_CAP_SECONDS = 2.0
+#: A seeding worker with no room for more claims reads start() on, at most this many
+#: start requests ahead of what is written to Redis.
+START_BUFFER = 1000
+
+__all__ = ["META_CLAIM", "LeasedScheduler", "claim_token", "leased_scheduler"]
 
 
 def claim_token(request: Request) -> int | None:
@@ -61,8 +76,20 @@ def claim_token(request: Request) -> int | None:
     return request.meta.get(META_CLAIM)
 
 
+def leased_scheduler(crawler: Crawler) -> LeasedScheduler | None:
+    """The crawl's LeasedScheduler, None when the project uses another scheduler (or
+    before the engine opened the spider): the add-on's other components then step
+    aside."""
+    engine = getattr(crawler, "engine", None)
+    scheduler = getattr(engine, "scheduler", None)  # Scrapy 2.19+
+    if scheduler is None:
+        scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)
+    return scheduler if isinstance(scheduler, LeasedScheduler) else None
+
+
 class _Claim:
-    __slots__ = ("token", "rid", "lane", "outstanding", "failure", "permanent", "lost")
+    __slots__ = ("token", "rid", "lane", "outstanding", "failure", "permanent", "lost",
+                 "current")
 
     def __init__(self, token: int, rid: int, lane: str) -> None:
         self.token = token
@@ -72,6 +99,7 @@ class _Claim:
         self.failure: str | None = None
         self.permanent = False
         self.lost = False
+        self.current: Request | None = None  # the request of it handed to the engine
 
 
 class _FinishHook(set):  # type: ignore[type-arg]
@@ -90,16 +118,24 @@ class _FinishHook(set):  # type: ignore[type-arg]
 
 class LeasedScheduler(BaseScheduler):
     def __init__(self, crawler: Crawler, config: LeasedConfig, dupefilter: Any,
-                 budgets: Budgets) -> None:
+                 budgets: Budgets, order: QueueOrder | None = None,
+                 codec: Codec | None = None) -> None:
         self.crawler = crawler
         self.config = config
         self.budgets = budgets
+        self.order = order or QueueOrder.from_settings(crawler.settings)
+        self.codec = codec or Codec.from_settings(crawler.settings)
         self.df = dupefilter
+        if isinstance(dupefilter, LeasedDupeFilter):
+            dupefilter.fleet_wide = True  # Redis decides; not a local filter
         self.stats = crawler.stats
         self.concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
         self.frontier: Frontier | None = None
         self.writer: CommitWriter | None = None
+        self.run: RunMarker | None = None
+        #: Whether this worker seeds the current run of the crawl (runs start()).
+        self.seeds = False
         self.spider: Spider | None = None
         self._claims: dict[int, _Claim] = {}
         self._ready: deque[tuple[Request, _Claim]] = deque()  # claimed, not yet started
@@ -118,12 +154,18 @@ class LeasedScheduler(BaseScheduler):
         self._renew_now: asyncio.Event | None = None  # set: renew at once (a new epoch)
         self._nextcall: Any = None
         self._engine_slot: Any = None
+        self._scraper: Any = None
         self._closing = False
         # The last claim found nothing: wait for the idle poll (or for new work this
         # worker wrote) instead of asking Redis again each time the engine looks.
         self._starved = False
         self._started = time.time()
         self._drained_seen_at = -1  # writer generation at which the frontier looked drained
+        # Claim loop rounds started and finished, for start() pacing (start_request_sent)
+        self._rounds_started = 0
+        self._rounds_done = 0
+        self._round_done: asyncio.Event | None = None
+        self._unconfirmed = 0  # requests given to the writer, not yet written to Redis
         self._warned: set[str] = set()
 
     @classmethod
@@ -139,11 +181,11 @@ class LeasedScheduler(BaseScheduler):
         return deferred_from_coro(self._open(spider))
 
     async def _open(self, spider: Spider) -> None:
-        if not is_asyncio_reactor_installed():
+        if not _asyncio_loop_in_use():
             raise LeasedRedisError(
-                "scrapy_leased needs TWISTED_REACTOR = "
-                "'twisted.internet.asyncioreactor.AsyncioSelectorReactor' (Scrapy's default)"
-            )
+                "scrapy_leased needs an asyncio event loop: TWISTED_REACTOR = "
+                "'twisted.internet.asyncioreactor.AsyncioSelectorReactor' (Scrapy's "
+                "default) or TWISTED_REACTOR_ENABLED = False")
         self.spider = spider
         url = self.config.redis_url
         setting = "LEASED_REDIS_URL"
@@ -168,34 +210,42 @@ class LeasedScheduler(BaseScheduler):
         self.frontier.on_epoch = self._on_epoch
         await self.frontier.check_layout(self.config.seen_bucket_bits)
         self.writer = CommitWriter(self.frontier, self._on_commit)
-        self._install_finish_hook()
+        self._install_engine_hooks()
+        worker_ttl_ms = int(self.config.worker_ttl * 1000)
+        self.run = RunMarker(client, keys, self.worker_id,
+                             max(worker_ttl_ms, 3 * int(self.config.renew_interval * 1000)),
+                             worker_ttl_ms)
+        self.seeds = await self.run.join()
         sig = self.crawler.signals
-        sig.connect(self._on_spider_idle, signals.spider_idle)
         sig.connect(self._on_spider_error, signals.spider_error)
         sig.connect(self._on_item_error, signals.item_error)
         sig.connect(self._on_request_failed, leased_signals.request_failed)
         self._kick = asyncio.Event()
         self._renew_now = asyncio.Event()
+        self._round_done = asyncio.Event()
         self._tasks = [asyncio.ensure_future(t) for t in
                        (self._claim_loop(), self._renew_loop(), self._sweep_loop())]
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": self.worker_id})
 
-    def _install_finish_hook(self) -> None:
+    def _install_engine_hooks(self) -> None:
         engine = self.crawler.engine
         slot = getattr(engine, "_slot", None)
+        scraper = getattr(engine, "scraper", None)
         if slot is None or not isinstance(getattr(slot, "inprogress", None), set) or not hasattr(
             slot, "nextcall"
-        ):
+        ) or not hasattr(scraper, "slot"):
             import scrapy
 
             raise RuntimeError(
                 f"scrapy_leased cannot follow request completion in Scrapy {scrapy.__version__}"
-                " (engine slot without 'inprogress'/'nextcall'); supported: Scrapy 2.13-2.19"
+                " (engine slot without 'inprogress'/'nextcall', or a scraper without 'slot');"
+                " supported: Scrapy 2.13-2.19"
             )
         slot.inprogress = _FinishHook(slot.inprogress, self._on_request_finished)
         self._nextcall = slot.nextcall
         self._engine_slot = slot
+        self._scraper = scraper
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.frontier is None:
@@ -208,6 +258,8 @@ class LeasedScheduler(BaseScheduler):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._round_done is not None:
+            self._round_done.set()  # a start() pacing wait ends
         if not await self.writer.drain(timeout=max(30.0, self.config.lease_seconds)):
             logger.error("Could not write everything to Redis before closing; the claims "
                          "concerned return to the queue when their leases expire")
@@ -220,6 +272,9 @@ class LeasedScheduler(BaseScheduler):
             pass  # its claims, if it ran, return to the queue when their leases expire
         try:
             released = await self.frontier.release(self.worker_id, tokens)
+            if self.run is not None and await self.run.leave():
+                logger.info("Last worker of this run of the crawl: the run ended (the next "
+                            "worker to start runs start() again)")
         except (RedisError, OSError) as exc:
             logger.error("Could not release %(n)d claims (%(exc)s); they return to the queue "
                          "when their leases expire", {"n": len(tokens), "exc": exc})
@@ -238,25 +293,34 @@ class LeasedScheduler(BaseScheduler):
     # -- Scrapy's scheduler interface -----------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        return bool(self._ready or self._local or self._suspects or self._deferred)
+        """True while this worker has requests to hand out, or may get some: until the
+        frontier was seen drained fleet-wide (nothing queued, no live lease anywhere)
+        after everything this worker wrote. The engine sends ``spider_idle`` only when
+        this is False (and nothing is being downloaded or scraped)."""
+        if self._ready or self._local or self._suspects or self._deferred:
+            return True
+        if self._closing or self.writer is None:
+            return False
+        if self.config.keep_alive or self._claims or self.writer.pending:
+            return True
+        return self._drained_seen_at != self.writer.generation
 
     def enqueue_request(self, request: Request) -> bool:
-        token = request.meta.get(META_CLAIM)
-        if token is not None:
-            claim = self._claims.get(token)
-            if claim is not None:  # a retry or redirect: same claim, never dedupe-dropped
-                claim.outstanding += 1
-                delay = request.meta.pop(META_NOT_BEFORE, None)
-                if delay:  # no rate budget for it yet: wait without holding a slot
-                    self._defer(request, claim, float(delay))
-                else:
-                    self._local.append((request, claim))
-                    self._wake_engine()
-                return True
-            del request.meta[META_CLAIM]  # copied from a finished claim: a new request
+        claim = self._continued_claim(request)
+        if claim is not None:  # a retry or redirect: same claim, never dedupe-dropped
+            claim.outstanding += 1
+            delay = request.meta.pop(META_NOT_BEFORE, None)
+            if delay:  # no rate budget for it yet: wait without holding a slot
+                self._defer(request, claim, float(delay))
+            else:
+                self._local.append((request, claim))
+                self._wake_engine()
+            self.stats.inc_value("scheduler/enqueued/memory")
+            self.stats.inc_value("scheduler/enqueued")
+            return True
         assert self.writer is not None and self.spider is not None
         key: tuple[int, int] | None = None
-        if request.dont_filter and not request.meta.get("is_start_request"):
+        if request.dont_filter:
             pass
         elif isinstance(self.df, LeasedDupeFilter):
             key = self.df.seen_key(request)
@@ -265,24 +329,28 @@ class LeasedScheduler(BaseScheduler):
                 self.df.log(request, self.spider)
                 return False
         elif self.df.request_seen(request):
+            self.df.log(request, self.spider)
             return False
         try:
-            payload = encode_request(request, self.spider)
+            payload = self.codec.encode(request, self.spider)
         except PayloadError as exc:
             self.stats.inc_value("leased/unserializable")
             logger.error("Dropped a request that cannot be stored: %(error)s", {"error": exc},
                          extra={"spider": self.spider})
             return False
         lane = self.budgets.lane_of(request)
+        order = self.order.of(request)
         if key is None:
-            new = NewRequest(payload, request.priority, lane=lane)
+            new = NewRequest(payload, request.priority, lane=lane, order=order)
         else:
-            new = NewRequest(payload, request.priority, key[0], key[1], lane)
+            new = NewRequest(payload, request.priority, key[0], key[1], lane, order)
         self.writer.add_request(new, request)
+        self._unconfirmed += 1
         self.stats.inc_value("leased/enqueue_sent")
         return True
 
     def next_request(self) -> Request | None:
+        where = "memory"
         if self._deferred and self._deferred[0][0] <= asyncio.get_running_loop().time():
             _, _, request, claim = heapq.heappop(self._deferred)
         elif self._local:
@@ -291,18 +359,82 @@ class LeasedScheduler(BaseScheduler):
             return None
         elif self._ready:
             request, claim = self._ready.popleft()
+            where = "redis"
         elif self._suspects:
             if self._handed:
                 return None  # let the requests in flight finish first
             request, claim = self._suspects.popleft()
             self._isolated = claim
+            where = "redis"
         else:
             self._want_claims()
             return None
         self._handed[request] = claim
+        claim.current = request
+        self.stats.inc_value(f"scheduler/dequeued/{where}")
+        self.stats.inc_value("scheduler/dequeued")
         if self._kick is not None and len(self._ready) < self.concurrency // 2:
             self._kick.set()
         return request
+
+    # -- for the add-on's other components ----------------------------------------
+
+    def is_handed(self, request: Request) -> bool:
+        """Whether this request object is one this scheduler handed to the engine (a
+        claim of this worker being processed)."""
+        return request in self._handed
+
+    async def start_request_sent(self) -> None:
+        """Called by LeasedStartMiddleware after each start request, before the next
+        one is read: while this worker has room for more claims, wait until the
+        request is written to Redis and a claim that started afterwards is done (so
+        the first start requests are claimed in the order they came, as Scrapy sends
+        the first CONCURRENT_REQUESTS at once); a full worker reads on, at most
+        START_BUFFER requests ahead of Redis."""
+        assert self.writer is not None
+        if self._closing:
+            return
+        if self._capacity() > 0 and self.writer.pending:
+            await self.writer.drain()
+            if self._capacity() > 0:
+                await self._next_claim_round()
+        elif self._unconfirmed >= START_BUFFER:
+            await self.writer.drain()
+
+    async def start_exhausted(self) -> None:
+        """The seeding worker's start() is exhausted: later workers of the run skip it."""
+        assert self.run is not None
+        try:
+            await self.run.seeded()
+        except (RedisError, OSError) as exc:
+            logger.warning("Could not mark the run as seeded (%(exc)s): a worker started "
+                           "after this one dies may run start() again", {"exc": exc})
+
+    async def _next_claim_round(self) -> None:
+        """Wait for a claim loop round that starts from now on to be done."""
+        assert self._kick is not None
+        target = self._rounds_started + 1
+        while self._rounds_done < target and not self._closing:
+            event = self._round_done
+            assert event is not None
+            self._kick.set()
+            await event.wait()
+
+    def _continued_claim(self, request: Request) -> _Claim | None:
+        """The claim a request continues (a retry, a redirect: see the module's
+        docstring), or None for a new request."""
+        token = request.meta.get(META_CLAIM)
+        if token is None:
+            return None
+        claim = self._claims.get(token)
+        if claim is None or claim.current is None:
+            return None
+        current = claim.current
+        slot = self._scraper.slot  # the scraper's (result, request) queue and active set
+        if slot is not None and (current in slot.active
+                                 or any(r is current for _, r, _ in slot.queue)):
+            return None  # from its callback or errback: a new request
+        return claim
 
     # -- completion ------------------------------------------------------------------
 
@@ -310,6 +442,8 @@ class LeasedScheduler(BaseScheduler):
         claim = self._handed.pop(request, None)
         if claim is None:
             return
+        if claim.current is request:
+            claim.current = None
         claim.outstanding -= 1
         if claim.outstanding == 0:
             self._settle(claim)
@@ -328,15 +462,16 @@ class LeasedScheduler(BaseScheduler):
         if self._kick is not None:
             self._kick.set()
 
-    def _mark_failed(self, request: Request | None, reason: str) -> None:
+    def _mark_failed(self, request: Request | None, reason: str, permanent: bool = False) -> None:
         if request is None:
             return
         claim = self._claims.get(request.meta.get(META_CLAIM))  # type: ignore[arg-type]
         if claim is not None and claim.failure is None:
             claim.failure = reason
+            claim.permanent = permanent
 
-    def _on_request_failed(self, request: Request, reason: str) -> None:
-        self._mark_failed(request, reason)
+    def _on_request_failed(self, request: Request, reason: str, permanent: bool = False) -> None:
+        self._mark_failed(request, reason, permanent)
 
     def _on_spider_error(self, failure: TwistedFailure, response: Any, spider: Spider) -> None:
         self._mark_failed(_request_of(response), f"callback error: {describe(failure.value)}")
@@ -349,6 +484,7 @@ class LeasedScheduler(BaseScheduler):
         if any(result.queued) and self._kick is not None:
             self._starved = False  # this worker just queued work: claim it at once
             self._kick.set()
+        self._unconfirmed -= len(batch.enqueue)
         stats = self.stats
         known = self.df.known if isinstance(self.df, LeasedDupeFilter) else None
         for new, tag, queued in zip(batch.enqueue, batch.tags, result.queued):
@@ -356,8 +492,13 @@ class LeasedScheduler(BaseScheduler):
                 known.add(new.bucket, new.member)  # in the seen set now, whoever put it there
             if queued:
                 stats.inc_value("leased/enqueued")
-            elif known is not None and isinstance(tag, Request):
-                self.df.log(tag, self.spider)
+                stats.inc_value("scheduler/enqueued/redis")
+                stats.inc_value("scheduler/enqueued")
+            elif isinstance(tag, Request):  # a duplicate, fleet-wide: dropped as Scrapy does
+                if known is not None:
+                    self.df.log(tag, self.spider)
+                self.crawler.signals.send_catch_log(signals.request_dropped, request=tag,
+                                                    spider=self.spider)
         for flags in result.acks:
             stats.inc_value("leased/acked" if flags & 1 else "leased/acked_stale")
             if not flags & 1 and "stale" not in self._warned:
@@ -388,10 +529,17 @@ class LeasedScheduler(BaseScheduler):
         if self._nextcall is not None:
             self._nextcall.schedule()
 
+    def _round_finished(self) -> None:
+        self._rounds_done += 1
+        if self._round_done is not None:
+            done, self._round_done = self._round_done, asyncio.Event()
+            done.set()
+
     async def _claim_loop(self) -> None:
         assert self.frontier is not None and self.writer is not None and self._kick
         delay = 0.05
         while not self._closing:
+            self._rounds_started += 1
             want = self._capacity()
             wait = self.config.idle_poll
             if want > 0:
@@ -403,6 +551,7 @@ class LeasedScheduler(BaseScheduler):
                         result = await self.frontier.claim(want, self.worker_id,
                                                            self._candidates())
                 except (RedisError, OSError) as exc:
+                    self._round_finished()
                     self._warn_once("claim", "Cannot claim from Redis, retrying: %s", exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_CAP_SECONDS)
@@ -415,6 +564,7 @@ class LeasedScheduler(BaseScheduler):
                 if result.claims:
                     self._wake_engine()
                     if len(result.claims) == want:
+                        self._round_finished()
                         continue
                 elif result.next_ms < 0 and result.leases == 0 and not self.writer.pending \
                         and generation == self.writer.generation:
@@ -422,6 +572,7 @@ class LeasedScheduler(BaseScheduler):
                     self._wake_engine()  # lets the engine notice it is idle and ask to close
                 elif result.next_ms > result.now_ms:  # a lane's budget lets a claim through then
                     wait = min(wait, (result.next_ms - result.now_ms) / 1000)
+            self._round_finished()
             if self._deferred:  # its lane is skipped until it is out: claim again then
                 wait = min(wait, max(0.001, self._deferred[0][0] - asyncio.get_running_loop().time()))
             self._kick.clear()
@@ -444,7 +595,7 @@ class LeasedScheduler(BaseScheduler):
         for token, env in result.claims:
             claim = _Claim(token, env.rid, env.lane)
             try:
-                request = decode_request(env.payload, self.spider, env.priority)
+                request = self.codec.decode(env.payload, self.spider, env.priority)
             except PayloadError as exc:
                 self.stats.inc_value("leased/undecodable")
                 logger.error("Dead-lettering stored request %(rid)d: %(error)s",
@@ -477,21 +628,11 @@ class LeasedScheduler(BaseScheduler):
         heapq.heappush(self._deferred, (loop.time() + delay, self._deferred_n, request, claim))
         loop.call_later(delay, self._wake_engine)
 
-    def _on_spider_idle(self, spider: Spider) -> None:
-        if self.config.keep_alive or self._closing:
-            if not self._closing:
-                raise DontCloseSpider
-            return
-        assert self.writer is not None
-        busy = self._claims or self.writer.pending
-        if busy or self._drained_seen_at != self.writer.generation:
-            self._want_claims()
-            raise DontCloseSpider
-
     # -- heartbeat and recovery ------------------------------------------------------
 
     async def _renew_loop(self) -> None:
         assert self.frontier is not None and self._renew_now is not None
+        assert self.run is not None
         while not self._closing:
             # not asyncio.wait_for (see _until_kicked)
             timer = asyncio.get_running_loop().call_later(self.config.renew_interval,
@@ -504,6 +645,7 @@ class LeasedScheduler(BaseScheduler):
             try:
                 lost = await self.frontier.renew(self.worker_id, list(self._claims),
                                                  self._worker_info())
+                await self.run.refresh()
             except (RedisError, OSError) as exc:
                 self._warn_once("renew", "Cannot renew leases in Redis, retrying: %s", exc)
                 continue
@@ -582,6 +724,16 @@ class LeasedScheduler(BaseScheduler):
         if kind not in self._warned:
             self._warned.add(kind)
             logger.warning(msg, exc)
+
+
+def _asyncio_loop_in_use() -> bool:
+    """The asyncio reactor, or no reactor at all (TWISTED_REACTOR_ENABLED = False)."""
+    from scrapy.utils.asyncio import is_asyncio_available
+
+    try:
+        return is_asyncio_available()
+    except RuntimeError:  # no reactor installed and no loop running
+        return False
 
 
 def _request_of(response: Any) -> Request | None:

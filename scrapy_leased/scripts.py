@@ -34,6 +34,8 @@ _LIBS: dict[str, tuple[str, ...]] = {
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),
     "requeue_dead": ("lib_settle",),  # admin.py (scrapy leased dead --requeue)
+    "run_join": ("lib_time",),  # run.py: which worker seeds the run
+    "run_leave": ("lib_time",),
     # read: several reads with the server time, atomically (read_atomic below)
 }
 

@@ -275,7 +275,8 @@ def test_no_worker_closes_while_another_holds_a_live_lease(redis_server, make_si
 
 def test_keep_alive_worker_waits_for_new_seeds(redis_server, make_site, start_worker, crawl_id):
     """LEASED_KEEP_ALIVE keeps a worker up after the crawl drained; it takes new seeds
-    (here from a short-lived worker) and stops cleanly on SIGTERM."""
+    (pushed as `scrapy leased seed` does) and stops cleanly on SIGTERM. A worker joining
+    the live run skips start() (the run is seeded) and ends 'finished' once drained."""
     site = make_site(pages=30)
     site2 = make_site(pages=20)
     r = redis_server.client()
@@ -289,9 +290,13 @@ def test_keep_alive_worker_waits_for_new_seeds(redis_server, make_site, start_wo
     assert_drained(st, 30)
     assert len(st["workers"]) == 1  # its heartbeat is alive
 
-    # a new seed: another worker seeds site2 and exits 'finished' once drained
-    seeder = start_worker(redis_server.url, crawl_id, site2.url + "/p/0", name="seeder")
-    assert_exit(seeder, "finished")
+    # a new seed pushed into the running crawl; a worker joins the run meanwhile
+    queued = run_frontier(redis_server.url, crawl_id,
+                          lambda f: f.enqueue([NewRequest(payload(site2.url + "/p/0"))]))
+    assert queued == [True]
+    joiner = start_worker(redis_server.url, crawl_id, site.url + "/p/1", name="joiner")
+    assert_exit(joiner, "finished")
+    assert joiner.stats().get("leased/start_skipped") == 1  # its start URL was not sent
     assert keeper.running
     assert_each_once(site.count_by_path(), page_paths(30))
     assert_each_once(site2.count_by_path(), page_paths(20))
@@ -312,7 +317,9 @@ def test_keep_alive_worker_waits_for_new_seeds(redis_server, make_site, start_wo
 def test_stopped_fleet_resumes_without_refetching_acked_pages(redis_server, make_site,
                                                              start_worker, crawl_id):
     """SIGTERM a 2-worker fleet mid-crawl, start 2 new workers on the same crawl: the
-    crawl completes, and nothing fetched (hence acked) before the stop is fetched again."""
+    crawl completes, and nothing fetched (hence acked) before the stop is fetched again,
+    except the start URL: the new fleet is a new run of the crawl and sends its start
+    request (dont_filter=True) again, as Scrapy resumed from a JOBDIR does."""
     pages = 500
     site = make_site(pages=pages)
     r = redis_server.client()
@@ -344,11 +351,14 @@ def test_stopped_fleet_resumes_without_refetching_acked_pages(redis_server, make
     refetched = set(before) & set(after)
     print(f"first fleet did {len(before)} pages; second fleet {len(after)};"
           f" refetched after resume: {len(refetched)}")
-    assert not refetched, sorted(refetched)
-    assert_each_once(site.count_by_path(), page_paths(pages))
+    assert refetched == {"/p/0"}, sorted(refetched)
+    counts = site.count_by_path()
+    assert counts.pop("/p/0") == 2
+    assert_each_once(counts, page_paths(pages) - {"/p/0"})
     st = crawl_state(r, crawl_id)
-    assert_drained(st, pages)
-    assert st["stats"]["enqueued"] == pages  # the resumed start URL was a duplicate
+    assert_drained(st, pages + 1)
+    assert st["stats"]["enqueued"] == pages + 1  # the new run's start request
+    assert sum(w.stats().get("leased/seeded", 0) for w in first + second) == 2  # one a run
     assert st["stats"].get("recovered", 0) == 0
 
 
@@ -367,7 +377,10 @@ def test_sigterm_finishes_in_flight_and_releases_unstarted_claims(redis_server, 
                      settings={**FAST, "CONCURRENT_REQUESTS": 4, "LEASED_PREFETCH": 20,
                                # the downloader is the bottleneck, so prefetched claims
                                # wait unstarted in the scheduler; items take a while too
-                               "DOWNLOAD_DELAY": 0.1, "RECORD_DELAY": 0.2})
+                               "DOWNLOAD_DELAY": 0.1, "RECORD_DELAY": 0.2,
+                               # FIFO (breadth-first): claims take the oldest requests,
+                               # so released ones are told apart by their rids below
+                               "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue"})
     wait_for(lambda: len(w.items()) >= 20, WAIT, "20 items", [w])
     w.sigterm()
     t0 = time.monotonic()
@@ -539,7 +552,10 @@ def assert_exit_allow_warnings(w, reason: str, timeout: float = WAIT) -> None:
 
 
 def test_shared_start_urls_are_fetched_once(redis_server, make_site, start_worker, crawl_id):
-    """3 workers whose start URLs include the same 3 start pages: each fetched once."""
+    """3 workers started at once whose start URLs include the same 3 start pages: one of
+    them seeds the run, the others skip start(): each start URL is sent once, not 3
+    times. /p/5 and /p/7 are also linked from /p/0; a start request keeps its
+    dont_filter=True, so, as under Scrapy, those two are fetched twice."""
     pages = 100
     site = make_site(pages=pages)
     starts = [site.url + p for p in ("/p/0", "/p/5", "/p/7")]
@@ -549,12 +565,11 @@ def test_shared_start_urls_are_fetched_once(redis_server, make_site, start_worke
     for w in ws:
         assert_exit(w, "finished")
     counts = site.count_by_path()
-    for p in ("/p/0", "/p/5", "/p/7"):
-        assert counts[p] == 1, counts[p]
-    assert_each_once(counts, page_paths(pages))
+    assert (counts.pop("/p/5"), counts.pop("/p/7")) == (2, 2)
+    assert_each_once(counts, page_paths(pages) - {"/p/5", "/p/7"})
     r = redis_server.client()
     st = crawl_state(r, crawl_id)
-    assert_drained(st, pages)
-    assert st["stats"]["enqueued"] == pages, st
-    filtered = sum(w.stats().get("dupefilter/filtered", 0) for w in ws)
-    assert filtered >= 6  # each start URL offered 3 times, queued once
+    assert_drained(st, pages + 2)
+    assert st["stats"]["enqueued"] == pages + 2, st
+    assert sorted(w.stats().get("leased/seeded", 0) for w in ws) == [0, 0, 1]
+    assert sorted(w.stats().get("leased/start_skipped", 0) for w in ws) == [0, 1, 1]

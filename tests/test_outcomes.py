@@ -1,6 +1,8 @@
 """Which requests are acked and which fail: one real crawl through every completion
 scenario (the engine's own finish time decides; the failure middleware and Scrapy's
-signals decide ack or fail). With LEASED_MAX_ATTEMPTS=1 a failure is a dead letter."""
+signals decide ack or fail). With LEASED_MAX_ATTEMPTS=1 a failure is a dead letter; a
+final download error without errback is one at once (Scrapy would not download it
+again), one that an errback handled is done."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from scrapy_leased.frontier import Envelope
 from scrapy_leased.keys import CrawlKeys
 
 ACKED = ["/p/1", "/p/4", "/p/5", "/status/404", "/status/410", "/p/6", "/flaky/a?fail=2",
-         "/redirect/7", "/flaky/b?fail=99"]
+         "/redirect/7", "/flaky/b?fail=99", "/y"]
 FAILED = {"/p/2": "callback error: RuntimeError: boom", "/p/3": "item pipeline error: ValueError",
-          "/x": "download error: DownloadConnectionRefusedError", "/y": "download error: DownloadConnectionRefusedError"}
+          "/x": "download error: DownloadConnectionRefusedError"}
 
 
 def _dead_by_path(client, keys: CrawlKeys) -> dict[str, dict]:
@@ -53,3 +55,5 @@ def test_every_completion_scenario_is_acked_or_failed_as_documented(
     assert fetched["/flaky/a?fail=2"] == 3 and fetched["/p/7"] == 1
     urls = {i["url"] for i in w.items()}
     assert f"{site.url}/p/7" in urls and f"{site.url}/flaky/a?fail=2" in urls
+    refused = [i["url"] for i in w.items() if i["url"].startswith(dead_url)]
+    assert refused == [f"{dead_url}/y"]  # the errback ran once

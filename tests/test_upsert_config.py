@@ -18,7 +18,10 @@ def config(**values) -> UpsertConfig:
 
 def test_defaults():
     c = config()
-    assert c.enabled and c.url is None and c.backend == "redis"
+    assert not c.enabled and c.url is None and c.backend == "redis"  # off unless asked for
+    assert config(LEASED_UPSERT_URL="sqlite:///x.db").enabled
+    assert config(LEASED_UPSERT_ENABLED=True).enabled  # into the crawl's Redis
+    assert not config(LEASED_UPSERT_ENABLED="False", LEASED_UPSERT_URL="sqlite:///x.db").enabled
     assert c.key_fields is None  # per item class, else "url"
     assert c.prefix == "records" and c.batch_size == 500
 
@@ -75,7 +78,8 @@ def test_bad_values_name_the_setting_and_the_value(name, value):
 
 
 def test_addon_enables_pipeline_and_middleware_next_to_the_project_components():
-    s = Settings({"ITEM_PIPELINES": {"scrapy.pipelines.files.FilesPipeline": 300},
+    s = Settings({"LEASED_UPSERT_ENABLED": True,
+                  "ITEM_PIPELINES": {"scrapy.pipelines.files.FilesPipeline": 300},
                   "SPIDER_MIDDLEWARES": {"scrapy.spidermiddlewares.depth.DepthMiddleware": 543}})
     Addon().update_settings(s)
     pipelines = s.getdict("ITEM_PIPELINES")
@@ -85,10 +89,11 @@ def test_addon_enables_pipeline_and_middleware_next_to_the_project_components():
 
 
 def test_addon_leaves_them_out_when_disabled_and_validates_upsert_settings():
-    s = Settings({"LEASED_UPSERT_ENABLED": False})
-    Addon().update_settings(s)
-    assert UpsertPipeline not in s.getdict("ITEM_PIPELINES")
-    assert UpsertFenceMiddleware not in s.getdict("SPIDER_MIDDLEWARES")
+    for values in ({}, {"LEASED_UPSERT_ENABLED": False}):  # off by default
+        s = Settings(values)
+        Addon().update_settings(s)
+        assert UpsertPipeline not in s.getdict("ITEM_PIPELINES")
+        assert UpsertFenceMiddleware not in s.getdict("SPIDER_MIDDLEWARES")
     with pytest.raises(LeasedConfigError, match="LEASED_UPSERT_URL"):
         Addon().update_settings(Settings({"LEASED_UPSERT_URL": "ftp://x"}))
 
@@ -96,7 +101,7 @@ def test_addon_leaves_them_out_when_disabled_and_validates_upsert_settings():
 def test_components_refuse_to_run_when_disabled():
     from scrapy.exceptions import NotConfigured
 
-    crawler = get_crawler(settings_dict={"LEASED_UPSERT_ENABLED": False})
+    crawler = get_crawler(settings_dict={})  # off by default
     with pytest.raises(NotConfigured):
         UpsertPipeline.from_crawler(crawler)
     with pytest.raises(NotConfigured):

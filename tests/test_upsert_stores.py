@@ -19,7 +19,6 @@ import pydantic
 import pytest
 import scrapy
 from scrapy import Request, Spider, signals
-from scrapy.exceptions import DropItem
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
@@ -42,7 +41,7 @@ def settings_for(target, redis_server, crawl_id, **extra) -> dict[str, Any]:
 
 
 async def open_pipeline(settings: dict[str, Any]) -> tuple[UpsertPipeline, Any]:
-    crawler = get_crawler(settings_dict=settings)
+    crawler = get_crawler(settings_dict={"LEASED_UPSERT_ENABLED": True, **settings})
     crawler.spider = Spider(name="upsert_test")
     pipe = UpsertPipeline.from_crawler(crawler)
     await pipe.open_spider()
@@ -232,19 +231,27 @@ def test_every_item_kind_gets_its_own_table(target, redis_server, crawl_id):
     assert target.records("scrapy_thing")["C9"]["fence"] == 5
 
 
-def test_an_item_without_its_key_is_dropped_naming_the_setting(target, redis_server, crawl_id):
+def test_an_item_without_its_key_passes_on_unstored_naming_the_setting(
+        target, redis_server, crawl_id, caplog):
+    items = [{"title": "no url"}, {"title": "no url either"}]
+
     async def main():
         pipe, crawler = await open_pipeline(settings_for(target, redis_server, crawl_id))
         try:
-            with pytest.raises(DropItem, match="LEASED_UPSERT_KEY") as e:
-                await pipe.process_item({"title": "no url"})
-            assert "'url'" in str(e.value)
+            for item in items:
+                assert await pipe.process_item(item) is item  # never dropped
+            assert await pipe.process_item("not an item") == "not an item"
         finally:
             await pipe.close_spider()
         return crawler
 
-    crawler = asyncio.run(main())
-    assert stat(crawler, "missing_key") == 1 and target.records("dict") == {}
+    with caplog.at_level("WARNING"):
+        crawler = asyncio.run(main())
+    assert stat(crawler, "missing_key") == 2 and stat(crawler, "not_an_item") == 1
+    assert target.records("dict") == {}
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2, warnings  # one per kind, then only counted
+    assert "LEASED_UPSERT_KEY" in warnings[0] and "'url'" in warnings[0]
 
 
 def test_10000_items_records_equal_distinct_keys(target, redis_server, crawl_id):
@@ -417,7 +424,7 @@ def test_open_fails_naming_the_setting_when_the_store_is_unreachable(crawl_id):
 # -- the fence middleware ----------------------------------------------------------------
 
 def test_fence_middleware_sync_and_async_output_and_nothing_leaks():
-    crawler = get_crawler()
+    crawler = get_crawler(settings_dict={"LEASED_UPSERT_ENABLED": True})
     mw = UpsertFenceMiddleware.from_crawler(crawler)
     registry = mw.registry
     response = response_of("http://site/p/3", 77)

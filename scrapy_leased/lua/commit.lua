@@ -12,7 +12,8 @@
 -- call key)
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
 -- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority,
---                   index into KEYS of the lane's queue ZSET, lane, payload}
+--                   index into KEYS of the lane's queue ZSET, lane, payload,
+--                   queue order code (lib_settle.lua: L, F, S or T)}
 -- then n_ack     x {token, rid}
 -- then n_fail    x {token, reason, permanent (0/1), queue index into KEYS, lane, rid}
 -- then the guard's four ARGV (call id, epoch, token, rid seen)
@@ -28,7 +29,7 @@
 local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3], stats = KEYS[4], dead = KEYS[8]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
-local fail_at = 5 + 6 * n_enq + 2 * n_ack
+local fail_at = 5 + 7 * n_enq + 2 * n_ack
 for i = 0, n_fail - 1 do
   local a = fail_at + 6 * i
   local env = redis.call('HGET', KEYS[6], ARGV[a])
@@ -51,14 +52,15 @@ for _ = 1, n_enq do
   if bucket == 0 or redis.call('SADD', KEYS[bucket], ARGV[a + 1]) == 1 then
     local rid = guard_rid(g)
     queue_push(keys, lane_queue(tonumber(ARGV[a + 3])), ARGV[a + 4],
-      rid .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 4] .. '|' .. ARGV[a + 5], ARGV[a + 2], false)
+      rid .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 4] .. '|' .. ARGV[a + 5], ARGV[a + 2], false,
+      rid, ARGV[a + 6])
     out[#out + 1] = 1
     queued = queued + 1
   else
     out[#out + 1] = 0
     dups = dups + 1
   end
-  a = a + 6
+  a = a + 7
 end
 if queued > 0 then redis.call('HINCRBY', KEYS[4], 'enqueued', queued) end
 if dups > 0 then redis.call('HINCRBY', KEYS[4], 'duplicates', dups) end

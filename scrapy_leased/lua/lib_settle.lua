@@ -3,14 +3,21 @@
 --
 -- Requests are queued per lane (the key of their rate budget, by default their host).
 -- A lane's queue is two keys, always passed together (the LIST right after the ZSET):
---   LIST  requests of priority 0 (Scrapy's default, and what every link gets unless
---         DEPTH_PRIORITY or the spider says otherwise), member: the bare envelope, FIFO
---         (new and requeued requests at the tail, released ones at the head);
---   ZSET  requests of any other priority, score -priority, member
---         "<12 hex digits of a fresh sequence number><envelope>": equal scores sort by
---         member, so one priority is FIFO. A released request is put back in front as
---         "<space><11 hex digits of its rid><envelope>" (space sorts before every
---         digit, and released requests keep their enqueue order).
+--   LIST  regular requests of priority 0 (Scrapy's default, and what every link gets
+--         unless DEPTH_PRIORITY or the spider says otherwise), member: the bare
+--         envelope. Claims pop the head: a LIFO request is pushed at the head, a FIFO
+--         or requeued one at the tail, a released one back at the head;
+--   ZSET  every other request: score -priority for regular requests, -priority + 0.5
+--         for start requests kept apart (Scrapy's SCHEDULER_START_*_QUEUE: at equal
+--         priority, after the regular requests, before the next lower priority).
+--         Member "<12-char prefix><envelope>"; equal scores sort by prefix:
+--           " " + 11 hex digits of the rid   released (front, in enqueue order)
+--           "!" + 11 hex digits of 2^44-1-seq LIFO (newest first)
+--           12 hex digits of seq             FIFO, and requeued requests (at the back)
+--         (space < "!" < every digit), seq a fresh number from the `seq` counter.
+-- Queue order codes (queue_push's `order`, from the worker): "L" regular LIFO,
+-- "F" regular FIFO, "S" start FIFO, "T" start LIFO; nil: at the back, FIFO (requeues:
+-- a requeued request is queued as a regular request of its priority).
 -- A LIST entry costs about its length; a ZSET member of a large ZSET also pays a
 -- skiplist node and a dict entry, about 110 bytes more (BENCHMARKS.md, section 2).
 -- The `lanes` ZSET (lane -> time from which it may be served, ms) holds every lane that
@@ -104,10 +111,11 @@ local function lane_queue(i)
   return {z = KEYS[i], l = KEYS[i + 1]}
 end
 
--- keys: {seq, lanes, todo}; q: the lane's queue (lane_queue).
-local function queue_push(keys, q, lane, env, priority, front, rid)
-  if tonumber(priority) == 0 then
-    if front then
+-- keys: {seq, lanes, todo}; q: the lane's queue (lane_queue); order: see above.
+local function queue_push(keys, q, lane, env, priority, front, rid, order)
+  local start = order == 'S' or order == 'T'
+  if tonumber(priority) == 0 and not start then
+    if front or order == 'L' then
       redis.call('LPUSH', q.l, env)
     else
       redis.call('RPUSH', q.l, env)
@@ -116,10 +124,14 @@ local function queue_push(keys, q, lane, env, priority, front, rid)
     local prefix
     if front then
       prefix = ' ' .. string.format('%011x', rid)
+    elseif order == 'L' or order == 'T' then
+      prefix = '!' .. string.format('%011x', 17592186044415 - redis.call('INCR', keys.seq))
     else
       prefix = string.format('%012x', redis.call('INCR', keys.seq))
     end
-    redis.call('ZADD', q.z, -tonumber(priority), prefix .. env)
+    local score = -tonumber(priority)
+    if start then score = score + 0.5 end
+    redis.call('ZADD', q.z, score, prefix .. env)
   end
   redis.call('ZADD', keys.lanes, 'NX', 0, lane)
   redis.call('INCR', keys.todo)

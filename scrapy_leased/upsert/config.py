@@ -53,9 +53,12 @@ class UpsertConfig:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> UpsertConfig:
+        url = _url(settings)
         return cls(
-            enabled=_bool(settings, "LEASED_UPSERT_ENABLED", True),
-            url=_url(settings),
+            # Off unless told where records go (LEASED_UPSERT_URL) or switched on: an
+            # existing project's items reach its own pipelines and feeds untouched.
+            enabled=_bool(settings, "LEASED_UPSERT_ENABLED", url is not None),
+            url=url,
             key_fields=_key_fields(settings),
             prefix=_prefix(settings),
             batch_size=_number(settings, "LEASED_UPSERT_BATCH_SIZE", BATCH_SIZE, minimum=1,

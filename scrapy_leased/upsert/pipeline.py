@@ -2,8 +2,9 @@
 idempotently and fenced by the claim token of the request that produced it.
 
 process_item returns only once its record is durably stored (the frontier acks the
-request after its items passed the pipelines), raises when the store fails (the
-request fails: attempts, dead letters) and drops an item without a key.
+request after its items passed the pipelines) and raises when the store fails (the
+request fails: attempts, dead letters). It never drops an item: one without a value for
+its key, or anything that is not an item, passes on unstored (counted, warned once).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from scrapy.exceptions import DropItem, NotConfigured
+from itemadapter import is_item
+from scrapy.exceptions import NotConfigured
 
 from ..config import LeasedConfig
 from ..connection import LeasedRedisError
@@ -43,6 +45,7 @@ class UpsertPipeline:
         self.batcher: WriteBatcher | None = None
         self._warned_stale = False
         self._warned_unfenced = False
+        self._warned_unstored: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -82,13 +85,25 @@ class UpsertPipeline:
     def _on_batch(self, size: int, ok: bool) -> None:
         self._inc("batches" if ok else "batches_failed")
 
+    def _pass_unstored(self, stat: str, message: str) -> None:
+        self._inc(stat)
+        if stat not in self._warned_unstored:
+            self._warned_unstored.add(stat)
+            logger.warning("%(message)s It passes on to the next pipelines unstored; "
+                           "counted in %(stat)s, logged once.",
+                           {"message": message, "stat": STATS_PREFIX + stat})
+
     async def process_item(self, item: Any) -> Any:
         token = self.fences.take(item)
+        if not is_item(item):
+            self._pass_unstored("not_an_item", f"UpsertPipeline got a {type(item).__name__}, "
+                                "which is not an item (itemadapter).")
+            return item
         try:
             record = self.records.make(item, token)
         except MissingKey as exc:
-            self._inc("missing_key")
-            raise DropItem(str(exc)) from None
+            self._pass_unstored("missing_key", str(exc))
+            return item
         if self.batcher is None:
             raise StoreError("UpsertPipeline.process_item called before open_spider")
         if token is None:

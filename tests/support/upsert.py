@@ -122,7 +122,8 @@ class Target:
 
 
 def make_target(kind: str, *, redis_server: Any, crawl_id: str, tmp_path: Path) -> Target:
-    """redis: the crawl's own Redis (LEASED_UPSERT_URL unset); sqlite: a file in
+    """redis: the crawl's own Redis (LEASED_UPSERT_URL unset, LEASED_UPSERT_ENABLED);
+    sqlite: a file in
     tmp_path; postgresql: the machine's server, tables with a unique prefix (dropped
     afterwards)."""
     from scrapy_leased.keys import CrawlKeys
@@ -131,7 +132,7 @@ def make_target(kind: str, *, redis_server: Any, crawl_id: str, tmp_path: Path) 
     if kind == "redis":
         client = redis_server.client()
         keys = CrawlKeys(crawl_id)
-        return Target(kind, {"LEASED_UPSERT_PREFIX": prefix},
+        return Target(kind, {"LEASED_UPSERT_ENABLED": True, "LEASED_UPSERT_PREFIX": prefix},
                       lambda table: redis_records(client, keys.records(table, prefix)))
     if kind == "sqlite":
         path = tmp_path / "records.db"

@@ -36,8 +36,8 @@ class OutcomesSpider(scrapy.Spider):
         yield scrapy.Request(f"{b}/flaky/a?fail=2", self.parse_ok)  # 2 retries then 200: acked
         yield scrapy.Request(f"{b}/redirect/7", self.parse_ok)  # redirect: acked
         yield scrapy.Request(f"{b}/flaky/b?fail=99", self.parse_ok)  # 503 after retries: acked
-        yield scrapy.Request(f"{d}/x", self.parse_ok)  # connection refused: failed
-        yield scrapy.Request(f"{d}/y", self.parse_ok, errback=self.on_error)  # same, errback: failed
+        yield scrapy.Request(f"{d}/x", self.parse_ok)  # connection refused, no errback: dead letter
+        yield scrapy.Request(f"{d}/y", self.parse_ok, errback=self.on_error)  # same, handled by the errback: acked
 
     def parse_ok(self, response):
         yield {"url": response.url}

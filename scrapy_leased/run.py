@@ -1,0 +1,51 @@
+"""The crawl's run: which worker seeds it (runs the spider's ``start()``).
+
+Under Scrapy's scheduler every ``scrapy crawl`` runs ``start()``; with N workers that
+would queue every start request N times, and a start request keeps its
+``dont_filter=True``. So one worker per *run* of the crawl seeds it and the others skip
+``start()`` (``seeding.LeasedStartMiddleware``). A run lasts while workers are alive:
+the first worker to open starts it (``lua/run_join.lua``), every live worker's heartbeat
+keeps it (``run_refresh.lua``), and it ends when the last worker closes
+(``run_leave.lua``) or, when workers died, once no heartbeat refreshed it for the
+worker TTL. A fleet started again after all its workers stopped is a new run and sends
+its start requests again, as a Scrapy crawl resumed from its ``JOBDIR`` does (those
+without ``dont_filter`` are deduplicated fleet-wide, as there). A worker joining a run
+whose seeder died before ``start()`` was exhausted seeds it again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .keys import CrawlKeys
+from .scripts import register
+
+
+class RunMarker:
+    def __init__(self, client: Any, keys: CrawlKeys, worker_id: str, ttl_ms: int,
+                 worker_ttl_ms: int) -> None:
+        self.keys = keys
+        self.worker_id = worker_id
+        self.ttl_ms = ttl_ms
+        self.worker_ttl_ms = worker_ttl_ms
+        self._s = register(client, "run_join", "run_seeded", "run_refresh", "run_leave")
+
+    async def join(self) -> bool:
+        """Join the current run (or start one); True when this worker seeds it."""
+        k = self.keys
+        return bool(await self._s["run_join"](keys=[k.run, k.workers], args=[
+            self.worker_id, self.ttl_ms, self.worker_ttl_ms]))
+
+    async def seeded(self) -> bool:
+        """start() is exhausted: later joiners skip it."""
+        return bool(await self._s["run_seeded"](keys=[self.keys.run],
+                                                 args=[self.worker_id, self.ttl_ms]))
+
+    async def refresh(self) -> bool:
+        return bool(await self._s["run_refresh"](keys=[self.keys.run], args=[self.ttl_ms]))
+
+    async def leave(self) -> bool:
+        """This worker closes; True when it was the last one (the run ended)."""
+        k = self.keys
+        return bool(await self._s["run_leave"](keys=[k.run, k.workers],
+                                                args=[self.worker_id, self.worker_ttl_ms]))
