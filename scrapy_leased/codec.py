@@ -61,12 +61,15 @@ class PayloadError(ValueError):
 
 
 class _Unstorable(Exception):
-    """A value that cannot be stored; ``path`` is filled in while unwinding."""
+    """A value that cannot be stored; ``path`` is filled in while unwinding. ``detail``
+    follows the value's type in the message, ``fix`` says what to do."""
 
-    def __init__(self, value: Any, reason: str) -> None:
-        super().__init__(reason)
+    def __init__(self, value: Any, detail: str = "", fix: str = "") -> None:
+        super().__init__(detail)
         self.value = value
-        self.reason = reason
+        self.detail = detail
+        self.fix = fix or (f"meta and cb_kwargs may hold {SUPPORTED} "
+                           "(SPIDER_MODULES, LEASED_ITEM_MODULES)")
         self.path: list[str] = []
 
 
@@ -115,15 +118,17 @@ class ItemClasses:
     def allows(self, module: str) -> bool:
         return any(module == m or module.startswith(m + ".") for m in self.modules)
 
-    def name_of(self, cls: type) -> str:
-        """``module:qualname`` of an item class that payloads may name."""
+    def name_of(self, item: Any) -> str:
+        """``module:qualname`` of an item's class, which payloads may name."""
+        cls = type(item)
         module, qual = cls.__module__, cls.__qualname__
         if "<locals>" in qual:
-            raise _Unstorable(cls, f"{qual} is defined inside a function: a worker cannot "
-                                   "find it by name")
+            raise _Unstorable(item, "an item class defined inside a function",
+                              "a worker finds item classes by name: define it in a module")
         if not self.allows(module):
-            raise _Unstorable(cls, f"its module {module!r} is not one of the project's "
-                                   f"modules ({self._describe()})")
+            raise _Unstorable(item, "an item class outside the project's modules "
+                              f"({', '.join(self.modules) or 'none'})",
+                              f"add {module!r} to LEASED_ITEM_MODULES if it is yours")
         return f"{module}:{qual}"
 
     def resolve(self, name: Any) -> type:
@@ -199,10 +204,10 @@ class Codec:
             d = self._request_dict(request, spider, classes)
         except _Unstorable as exc:
             kind = type(exc.value)
+            detail = f", {exc.detail}" if exc.detail else ""
             raise PayloadError(
                 f"cannot store {request!r}: {_where(exc.path)} is a "
-                f"{kind.__module__}.{kind.__qualname__} ({exc.reason}); meta and cb_kwargs "
-                f"may hold {SUPPORTED} (SPIDER_MODULES, LEASED_ITEM_MODULES)") from None
+                f"{kind.__module__}.{kind.__qualname__}{detail}; {exc.fix}") from None
         return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
 
     def _request_dict(self, request: Request, spider: Spider | None,
@@ -283,13 +288,15 @@ class Codec:
             return {TAG: "uuid", "v": str(v)}
         if t is OrderedDict:
             return {TAG: "odict", "v": self._pairs(v, classes, spider)}
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            return v  # a str/int/float subclass (lxml's text results, enums): as JSON does
         if isinstance(v, Request):
             try:
                 return {TAG: "request", "v": self._request_dict(v, spider, classes, True)}
             except PayloadError as exc:
-                raise _Unstorable(v, str(exc)) from None
+                raise _Unstorable(v, "", str(exc)) from None
         if ItemAdapter.is_item(v):
-            name = classes.name_of(t)
+            name = classes.name_of(v)
             fields = {}
             for k, x in ItemAdapter(v).items():
                 try:
@@ -298,7 +305,7 @@ class Codec:
                     exc.path.insert(0, f"[{k!r}]")
                     raise
             return {TAG: "item", "c": name, "v": fields}
-        raise _Unstorable(v, "not a type scrapy_leased can store")
+        raise _Unstorable(v)
 
     def _pairs(self, v: dict[Any, Any], classes: ItemClasses,
                spider: Spider | None) -> list[list[Any]]:

@@ -86,6 +86,7 @@ class LeasedConfig:
     recover_batch: int
     prefetch: int
     fail_http_codes: frozenset[int]
+    retry_errors: bool
     embedded_dir: Path
     embedded_server: str | None
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS
@@ -140,6 +141,7 @@ class LeasedConfig:
             prefetch=_number(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,
                              exclusive=False),
             fail_http_codes=fail_codes,
+            retry_errors=_bool(settings, "LEASED_RETRY_ERRORS", False),
             embedded_dir=Path(data_path(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR)),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
             connect_timeout=_number(settings, "LEASED_CONNECT_TIMEOUT", CONNECT_TIMEOUT_SECONDS,

@@ -14,11 +14,14 @@ redirect, any Request a downloader middleware returns instead of a response) rea
 them as soon as the downloader hands them back, before anything reaches the scraper.
 Every other request (from a callback, an errback, a spider middleware, ``start()``)
 is scheduled while its parent's response or failure is in the scraper. So a request
-continues a claim only when the meta's claim token names a claim of this worker whose
+is a continuation only when the meta's claim token names a claim of this worker whose
 current request is not in the scraper; anything else is a new request for the frontier
 (deduplicated, written to Redis before its parent's ack), whatever its meta holds: a
 token copied with ``meta=response.meta``, ``request.replace()`` or ``copy()`` is never
-trusted.
+trusted. A continuation that Scrapy's scheduler would not deduplicate (``dont_filter``:
+a retry) continues the claim in this worker; one it would (a redirect) goes to the
+frontier as a new request, deduplicated fleet-wide as Scrapy's dupefilter would, and the
+claim ends once its download step is done.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ def leased_scheduler(crawler: Crawler) -> LeasedScheduler | None:
     scheduler = getattr(engine, "scheduler", None)  # Scrapy 2.19+
     if scheduler is None:
         scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)
-    return scheduler if isinstance(scheduler, LeasedScheduler) else None
+    # not isinstance(): BaseScheduler's metaclass takes any scheduler-like object for one
+    return scheduler if LeasedScheduler in type(scheduler).__mro__ else None
 
 
 class _Claim:
@@ -307,7 +311,8 @@ class LeasedScheduler(BaseScheduler):
 
     def enqueue_request(self, request: Request) -> bool:
         claim = self._continued_claim(request)
-        if claim is not None:  # a retry or redirect: same claim, never dedupe-dropped
+        if claim is not None and (request.dont_filter or META_NOT_BEFORE in request.meta):
+            # a retry (dont_filter), or back from the rate middleware: the same claim
             claim.outstanding += 1
             delay = request.meta.pop(META_NOT_BEFORE, None)
             if delay:  # no rate budget for it yet: wait without holding a slot
@@ -474,11 +479,19 @@ class LeasedScheduler(BaseScheduler):
         self._mark_failed(request, reason, permanent)
 
     def _on_spider_error(self, failure: TwistedFailure, response: Any, spider: Spider) -> None:
-        self._mark_failed(_request_of(response), f"callback error: {describe(failure.value)}")
+        # Scrapy processes such a request once: parked in the dead letters, unless
+        # LEASED_RETRY_ERRORS requeues it (its items until the error come again then)
+        self._mark_failed(_request_of(response), f"callback error: {describe(failure.value)}",
+                          permanent=not self.config.retry_errors)
 
     def _on_item_error(self, item: Any, response: Any, spider: Spider,
                        failure: TwistedFailure) -> None:
-        self._mark_failed(_request_of(response), f"item pipeline error: {describe(failure.value)}")
+        from .upsert.stores.base import StoreError  # (upsert imports this module)
+
+        # UpsertPipeline's store being down is transient: always retried
+        transient = isinstance(failure.value, StoreError)
+        self._mark_failed(_request_of(response), f"item pipeline error: {describe(failure.value)}",
+                          permanent=not (transient or self.config.retry_errors))
 
     def _on_commit(self, batch: Batch, result: CommitResult) -> None:
         if any(result.queued) and self._kick is not None:
@@ -538,7 +551,7 @@ class LeasedScheduler(BaseScheduler):
     async def _claim_loop(self) -> None:
         assert self.frontier is not None and self.writer is not None and self._kick
         delay = 0.05
-        while not self._closing:
+        while _running(self):
             self._rounds_started += 1
             want = self._capacity()
             wait = self.config.idle_poll
@@ -633,7 +646,7 @@ class LeasedScheduler(BaseScheduler):
     async def _renew_loop(self) -> None:
         assert self.frontier is not None and self._renew_now is not None
         assert self.run is not None
-        while not self._closing:
+        while _running(self):
             # not asyncio.wait_for (see _until_kicked)
             timer = asyncio.get_running_loop().call_later(self.config.renew_interval,
                                                           self._renew_now.set)
@@ -664,7 +677,7 @@ class LeasedScheduler(BaseScheduler):
 
     async def _sweep_loop(self) -> None:
         assert self.frontier is not None
-        while not self._closing:
+        while _running(self):
             try:
                 requeued, dead, left = await self.frontier.recover()
             except (RedisError, OSError) as exc:
@@ -724,6 +737,17 @@ class LeasedScheduler(BaseScheduler):
         if kind not in self._warned:
             self._warned.add(kind)
             logger.warning(msg, exc)
+
+
+def _running(scheduler: LeasedScheduler) -> bool:
+    """Whether a background loop should go on: not closing, and its task not being
+    cancelled (a cancellation can be swallowed by a Redis call in flight; Python 3.11+
+    tells, and the loop then ends at its next turn)."""
+    if scheduler._closing:
+        return False
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return not (cancelling is not None and cancelling())
 
 
 def _asyncio_loop_in_use() -> bool:

@@ -213,7 +213,8 @@ class Worker:
 
 class WorkerFactory:
     """Callable: ``factory(redis_url, crawl_id, start_url, settings={}, args={},
-    name='w1', env=None, record=True) -> Worker``.  Keeps every worker it
+    name='w1', env=None, record=True, spider='site', cli=None) -> Worker`` (``cli``: more
+    ``scrapy crawl`` options, e.g. ``["-O", "items.jsonl"]``).  Keeps every worker it
     started (``.workers``) and kills them all in ``cleanup()``."""
 
     def __init__(self, tmp_path: Path, project_dir: Path = PROJECT_DIR) -> None:
@@ -231,7 +232,8 @@ class WorkerFactory:
 
     def command(self, redis_url: str | None, crawl_id: str | None, start_url: str | list[str] | None,
                 settings: Mapping[str, Any] | None = None, args: Mapping[str, Any] | None = None,
-                name: str = "w1", record_path: Path | None = None, spider: str = "site") -> list[str]:
+                name: str = "w1", record_path: Path | None = None, spider: str = "site",
+                cli: list[str] | None = None) -> list[str]:
         s: dict[str, Any] = {}
         if redis_url is not None:
             s["LEASED_REDIS_URL"] = redis_url
@@ -244,7 +246,7 @@ class WorkerFactory:
         if start_url is not None:
             a["start_url"] = start_url if isinstance(start_url, str) else ",".join(start_url)
         a.update(args or {})
-        cmd = [sys.executable, "-m", "scrapy", "crawl", spider]
+        cmd = [sys.executable, "-m", "scrapy", "crawl", spider, *(cli or [])]
         for k, v in s.items():
             if v is not None:
                 cmd += ["-s", f"{k}={setting_to_cli(v)}"]
@@ -256,14 +258,15 @@ class WorkerFactory:
     def __call__(self, redis_url: str | None, crawl_id: str | None, start_url: str | list[str] | None,
                  settings: Mapping[str, Any] | None = None, args: Mapping[str, Any] | None = None,
                  name: str = "w1", env: Mapping[str, str] | None = None, record: bool = True,
-                 spider: str = "site") -> Worker:
+                 spider: str = "site", cli: list[str] | None = None) -> Worker:
         log_path = self._unique(name, ".log")
         record_path = None
         if record and "RECORD_PATH" not in (settings or {}):
             record_path = log_path.with_name(log_path.name[: -len(".log")] + ".items.jsonl")
         elif settings and settings.get("RECORD_PATH"):
             record_path = Path(settings["RECORD_PATH"])
-        cmd = self.command(redis_url, crawl_id, start_url, settings, args, name, record_path, spider)
+        cmd = self.command(redis_url, crawl_id, start_url, settings, args, name, record_path, spider,
+                           cli)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPY_")}
         full_env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
