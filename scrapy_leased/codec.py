@@ -82,7 +82,7 @@ class ItemClasses:
 
     def __init__(self, modules: Iterable[str]) -> None:
         self.modules = tuple(dict.fromkeys(m for m in modules if m))
-        self._with: dict[str, ItemClasses] = {}
+        self._with: dict[type, ItemClasses] = {}
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | None,
@@ -105,14 +105,14 @@ class ItemClasses:
         return cls(modules)
 
     def with_spider(self, spider: Spider | None) -> ItemClasses:
+        """These modules and the spider's own package."""
         if spider is None:
             return self
-        top = type(spider).__module__.split(".")[0]
-        if top in self.modules:
-            return self
-        found = self._with.get(top)
+        found = self._with.get(type(spider))
         if found is None:
-            found = self._with[top] = ItemClasses((*self.modules, top))
+            top = type(spider).__module__.split(".")[0]
+            found = self if top in self.modules else ItemClasses((*self.modules, top))
+            self._with[type(spider)] = found
         return found
 
     def allows(self, module: str) -> bool:
@@ -255,6 +255,8 @@ class Codec:
         if t in _SIMPLE:
             return v
         if t is list:
+            if all(type(x) in _SIMPLE for x in v):
+                return v
             out = []
             for i, x in enumerate(v):
                 try:
@@ -265,6 +267,8 @@ class Codec:
             return out
         if t is dict:
             if TAG not in v and all(type(k) is str for k in v):
+                if all(type(x) in _SIMPLE for x in v.values()):
+                    return v  # the usual meta: nothing to tag
                 packed = {}
                 for k, x in v.items():
                     try:
@@ -335,11 +339,11 @@ class Codec:
 
     def _request(self, d: dict[str, Any], spider: Spider, priority: int,
                  classes: ItemClasses, tagged: bool) -> Request:
-        kwargs: dict[str, Any] = {}
-        for k, v in d.items():
-            name = _LONG.get(k)
-            if name is not None:
-                kwargs[name] = self._unpack(v, classes, spider, name) if tagged else v
+        if tagged:
+            kwargs = {_LONG[k]: self._unpack(v, classes, spider, _LONG[k])
+                      for k, v in d.items() if k in _LONG}
+        else:
+            kwargs = {_LONG[k]: v for k, v in d.items() if k in _LONG}
         if "h" in d:
             kwargs["headers"] = d["h"]
         if "b" in d:
@@ -347,11 +351,12 @@ class Codec:
         kwargs["callback"] = _resolve(spider, d.get("cb"), "callback")
         kwargs["errback"] = _resolve(spider, d.get("eb"), "errback")
         cls = _request_class(d["cls"]) if "cls" in d else Request
-        extra = d.get("x", {})
-        if tagged:
-            extra = self._unpack(extra, classes, spider, "attribute")
-        kwargs.update(extra)
-        return cls(d["u"], priority=priority if "p" not in d else d["p"], **kwargs)
+        if "x" in d:
+            kwargs.update(self._unpack(d["x"], classes, spider, "attribute") if tagged
+                          else d["x"])
+        if "p" in d:
+            priority = d["p"]
+        return cls(d["u"], priority=priority, **kwargs)
 
     def _unpack(self, v: Any, classes: ItemClasses, spider: Spider, where: str) -> Any:
         t = type(v)
