@@ -17,6 +17,7 @@ Routes (any query string is accepted and ignored unless documented):
 ``/slow/{i}?s=SEC``   sleeps SEC seconds (float, default 1) then serves page i.
 ``/status/{code}``    answers with that HTTP status code (small HTML body).
 ``/redirect/{i}``     302 to ``/p/{i}``.
+``/goto?to=PATH``     302 to PATH (a path on this site, starting with ``/``).
 ``/flaky/{key}?fail=N``  503 for the first N requests of that key, then 200.
 ``/busy/{key}?after=S&times=N``  429 with ``Retry-After: S`` for the first N requests
                       of that key (default 1), then 200.
@@ -158,6 +159,10 @@ class _Handler(BaseHTTPRequestHandler):
             i = self._page_index(parts[1])
             if i is not None:
                 return self._send(302, b"", headers={"Location": f"/p/{i}"})
+        elif parts == ["goto"]:
+            to = parse_qs(split.query).get("to", [""])[0]
+            if to.startswith("/") and not to.startswith("//"):
+                return self._send(302, b"", headers={"Location": to})
         elif len(parts) == 2 and parts[0] == "busy":
             # /busy/KEY?after=S&times=N: 429 with Retry-After: S for the first N requests
             query = parse_qs(split.query)

@@ -113,6 +113,53 @@ def test_meta_response_meta_fetches_every_page_once_and_ends(redis_server, make_
     assert sum_stat(ws, "scheduler/dequeued/redis") == pages
 
 
+def test_continuations_reach_the_site_as_under_scrapy_alone(redis_server, make_site,
+                                                             start_worker, crawl_id):
+    """Retries (one that succeeds, one that runs out), a redirect to a page also linked,
+    a retry of a redirect, meta copied into every child, request.replace() and copy()
+    in callbacks, get_retry_request() from a callback: 2 workers with the add-on send the
+    site exactly the requests (and as many of each) one plain Scrapy process sends, and
+    the same items come out."""
+    pages = 300
+    plain_site = make_site(pages=pages)
+    plain = start_worker(None, None, None, name="plain", spider="continuations",
+                         args={"base": plain_site.url}, env={"TESTPROJECT_NO_ADDON": "1"})
+    assert_finished(plain)
+    expected = plain_site.count_by_path()
+    assert expected["/flaky/a?fail=2"] == 3 and expected["/flaky/gone?fail=99"] == 3
+    assert expected["/flaky/b?fail=1"] == 2 and expected["/p/3"] == 2
+
+    site = make_site(pages=pages)
+    ws = [start_worker(redis_server.url, crawl_id, None, name=f"w{i}", spider="continuations",
+                       args={"base": site.url}) for i in (1, 2)]
+    for w in ws:
+        assert_finished(w)
+    assert site.count_by_path() == expected
+
+    def items(ws):
+        return Counter(json.dumps({k: v for k, v in it.items() if k not in ("worker", "pid", "t")},
+                                  sort_keys=True).replace(plain_site.url, "").replace(site.url, "")
+                       for w in ws for it in w.items())
+    assert items(ws) == items([plain])
+    st = crawl_state(redis_server.client(), crawl_id)
+    assert st["leases"] == 0 and st["queue"] == 0
+    assert [d["reason"].split(":")[0] for d in st["dead"].values()] == []  # 503: a response
+
+
+def test_depth_limit_counts_across_workers(redis_server, make_site, start_worker, crawl_id):
+    """DEPTH_LIMIT = 1 from /p/0: the start page and the pages it links, nothing deeper,
+    whichever worker fetches what (depth travels in meta)."""
+    site = make_site(pages=200)
+    ws = [start_worker(redis_server.url, crawl_id, site.url + "/p/0", name=f"w{i}",
+                       settings={"DEPTH_LIMIT": 1}) for i in (1, 2)]
+    for w in ws:
+        assert_exit(w, "finished")
+    counts = site.count_by_path()
+    assert set(counts) == {f"/p/{i}" for i in range(11)} and set(counts.values()) == {1}
+    assert sum_stat(ws, "request_depth_max") <= 2 and max(
+        w.stats().get("request_depth_max", 0) for w in ws) == 1
+
+
 # --------------------------------------------------------------------------- failures
 
 

@@ -166,3 +166,51 @@ class RichMetaSpider(scrapy.Spider):
         yield {"url": response.url, "worker": self.worker, "nested_same":
                response.meta.get("raw") == bytes([n]) and pair == (n, "y")
                and response.meta.get("when") == rich_meta(n)["when"]}
+
+
+class ContinuationsSpider(scrapy.Spider):
+    """Retries, redirects, a retry of a redirect, a redirect to a page also linked,
+    meta copied into every child, request.replace()/copy() and get_retry_request() in
+    callbacks: what reaches the site must be what Scrapy alone sends (the order may
+    differ, so nothing here depends on it: no DEPTH_LIMIT, whose effect does)."""
+
+    name = "continuations"
+    custom_settings = {"RETRY_TIMES": 2}
+
+    def __init__(self, base, worker=None, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.base = base.rstrip("/")
+        self.worker = worker
+
+    async def start(self):
+        b = self.base
+        yield scrapy.Request(f"{b}/p/1", meta={"from": "start"})
+        yield scrapy.Request(f"{b}/flaky/a?fail=2", self.parse_leaf, meta={"from": "start"})
+        yield scrapy.Request(f"{b}/flaky/gone?fail=99", self.parse_leaf)  # retries run out
+        yield scrapy.Request(f"{b}/goto?to=/flaky/b%3Ffail%3D1", self.parse_leaf)  # retry of a redirect
+        # to a page also linked: the same callback, so whichever comes first does the same
+        yield scrapy.Request(f"{b}/redirect/2", self.parse)
+        yield scrapy.Request(f"{b}/p/3", self.parse_retry_once)
+
+    def parse(self, response):
+        yield {"url": response.url, "worker": self.worker}
+        for i, href in enumerate(response.css("a::attr(href)").getall()):
+            url = response.urljoin(href)
+            if i % 4 == 1:
+                yield response.request.replace(url=url)
+            elif i % 4 == 2:
+                r = response.request.copy()  # the same URL: a duplicate, filtered
+                yield r
+            else:
+                yield response.follow(href, meta=response.meta)
+
+    def parse_leaf(self, response):
+        yield {"url": response.url, "worker": self.worker, "status": response.status}
+
+    def parse_retry_once(self, response):
+        from scrapy.downloadermiddlewares.retry import get_retry_request
+
+        yield {"url": response.url, "worker": self.worker, "retried": response.meta.get(
+            "retry_times", 0)}
+        if not response.meta.get("retry_times"):
+            yield get_retry_request(response.request, spider=self, reason="once more")
