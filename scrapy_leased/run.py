@@ -9,8 +9,10 @@ keeps it (``run_refresh.lua``), and it ends when the last worker closes
 (``run_leave.lua``) or, when workers died, once no heartbeat refreshed it for the
 worker TTL. A fleet started again after all its workers stopped is a new run and sends
 its start requests again, as a Scrapy crawl resumed from its ``JOBDIR`` does (those
-without ``dont_filter`` are deduplicated fleet-wide, as there). A worker joining a run
-whose seeder died before ``start()`` was exhausted seeds it again.
+without ``dont_filter`` are deduplicated fleet-wide, as there). The other workers wait
+until the seeder has exhausted ``start()`` (and written its requests to Redis) before
+they skip it, so none of them takes the crawl for finished before it began; when the
+seeder dies first, one of them seeds the run again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typing import Any
 
 from .keys import CrawlKeys
 from .scripts import register
+
+#: run_join.lua's answers
+SEEDED, SEED, WAIT = 0, 1, 2
 
 
 class RunMarker:
@@ -30,10 +35,11 @@ class RunMarker:
         self.worker_ttl_ms = worker_ttl_ms
         self._s = register(client, "run_join", "run_seeded", "run_refresh", "run_leave")
 
-    async def join(self) -> bool:
-        """Join the current run (or start one); True when this worker seeds it."""
+    async def join(self) -> int:
+        """Join the current run (or start one): SEEDED (skip start()), SEED (this
+        worker seeds it) or WAIT (another live worker is seeding it: ask again)."""
         k = self.keys
-        return bool(await self._s["run_join"](keys=[k.run, k.workers], args=[
+        return int(await self._s["run_join"](keys=[k.run, k.workers], args=[
             self.worker_id, self.ttl_ms, self.worker_ttl_ms]))
 
     async def seeded(self) -> bool:

@@ -56,7 +56,7 @@ from .keys import CrawlKeys
 from .middleware import describe
 from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE
 from .order import QueueOrder
-from .run import RunMarker
+from .run import SEED, SEEDED, RunMarker
 from .writer import Batch, CommitWriter
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ class LeasedScheduler(BaseScheduler):
         self.run = RunMarker(client, keys, self.worker_id,
                              max(worker_ttl_ms, 3 * int(self.config.renew_interval * 1000)),
                              worker_ttl_ms)
-        self.seeds = await self.run.join()
+        self.seeds = await self.run.join() == SEED
         sig = self.crawler.signals
         sig.connect(self._on_spider_error, signals.spider_error)
         sig.connect(self._on_item_error, signals.item_error)
@@ -407,13 +407,36 @@ class LeasedScheduler(BaseScheduler):
             await self.writer.drain()
 
     async def start_exhausted(self) -> None:
-        """The seeding worker's start() is exhausted: later workers of the run skip it."""
-        assert self.run is not None
+        """The seeding worker's start() is exhausted: once its requests are in Redis,
+        the other workers of the run skip it."""
+        assert self.run is not None and self.writer is not None
+        await self.writer.drain()
         try:
             await self.run.seeded()
         except (RedisError, OSError) as exc:
             logger.warning("Could not mark the run as seeded (%(exc)s): a worker started "
                            "after this one dies may run start() again", {"exc": exc})
+
+    async def wait_for_seeding(self) -> bool:
+        """On a worker that does not seed the run: wait until the seeder exhausted
+        start() (True: skip it), or died before (False: this worker seeds it now). The
+        worker claims and processes requests meanwhile; its start() is pending, so it
+        does not take the crawl for finished."""
+        assert self.run is not None
+        delay = self.config.idle_poll
+        while True:
+            try:
+                state = await self.run.join()
+            except (RedisError, OSError) as exc:
+                self._warn_once("run", "Cannot read the run of the crawl, retrying: %s", exc)
+                state = None
+            if state == SEEDED:
+                return True
+            if state == SEED:
+                self.seeds = True
+                return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP_SECONDS)
 
     async def _next_claim_round(self) -> None:
         """Wait for a claim loop round that starts from now on to be done."""

@@ -77,6 +77,39 @@ def test_items_without_url_all_reach_the_feeds(redis_server, make_site, start_wo
     assert_drained(crawl_state(redis_server.client(), crawl_id), pages)
 
 
+def test_a_worker_joining_before_the_run_is_seeded_waits_for_it(redis_server, make_site,
+                                                                 start_worker, crawl_id,
+                                                                 tmp_path: Path):
+    """The seeder's start() has yielded nothing yet (it waits for a file): a worker that
+    joins the run meanwhile finds an empty frontier, yet does not take the crawl for
+    finished; it waits, then works, and both end 'finished' with every page once."""
+    pages = 120
+    site = make_site(pages=pages)
+    gate = tmp_path / "open-the-gate"
+    r = redis_server.client()
+    k = CrawlKeys(crawl_id)
+    settings = {"LEASED_RENEW_INTERVAL": 0.3}
+    seeder = start_worker(redis_server.url, crawl_id, site.url + "/p/0", name="seeder",
+                          spider="plain_items", settings=settings, args={"start_gate": gate})
+    wait_for(lambda: r.exists(k.run), WAIT, "the seeder's run", [seeder])
+    joiner = start_worker(redis_server.url, crawl_id, site.url + "/p/0", name="joiner",
+                          spider="plain_items", settings=settings)
+    joiner.wait_log("waiting until it is seeded")
+    first = r.zscore(k.workers, joiner_id := next(
+        as_str(m) for m in r.zrange(k.workers, 0, -1) if f":{joiner.pid}:" in as_str(m)))
+    # alive and heartbeating a second later (Redis time), with nothing queued anywhere
+    wait_for(lambda: (r.zscore(k.workers, joiner_id) or 0) > first + 1000, WAIT,
+             "the joiner's heartbeat a second later", [joiner])
+    assert joiner.running and site.entries() == [] and seeder.running
+    gate.touch()
+    for w in (seeder, joiner):
+        assert_exit(w, "finished")
+    assert joiner.stats()["leased/start_skipped"] == 1 and seeder.stats()["leased/seeded"] == 1
+    counts = site.count_by_path()
+    assert set(counts) == page_paths(pages) and set(counts.values()) == {1}
+    assert_drained(crawl_state(r, crawl_id), pages)
+
+
 # --------------------------------------------------------------------------- meta
 
 
@@ -158,6 +191,30 @@ def test_depth_limit_counts_across_workers(redis_server, make_site, start_worker
     assert set(counts) == {f"/p/{i}" for i in range(11)} and set(counts.values()) == {1}
     assert sum_stat(ws, "request_depth_max") <= 2 and max(
         w.stats().get("request_depth_max", 0) for w in ws) == 1
+
+
+def test_download_delay_and_autothrottle_still_pace_the_downloads(redis_server, make_site,
+                                                                   start_worker, crawl_id):
+    """DOWNLOAD_DELAY (randomized 0.5x-1.5x, Scrapy's default) spaces one worker's
+    downloads to the host as in Scrapy: N downloads take at least (N - 1) x 0.5 x the
+    delay (measured between first and last, so a slow answer cannot fake it);
+    AutoThrottle on: the crawl runs through, every page once."""
+    delay, pages = 0.2, 12
+    site = make_site(pages=pages)
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0",
+                     settings={"DOWNLOAD_DELAY": delay, "CONCURRENT_REQUESTS": 8})
+    assert_exit(w, "finished")
+    times = sorted(e["t"] for e in site.entries())
+    assert len(times) == pages
+    span = times[-1] - times[0]
+    assert span >= (pages - 1) * 0.5 * delay - 0.05, span
+
+    site2 = make_site(pages=60)
+    w2 = start_worker(redis_server.url, crawl_id + "-at", site2.url + "/p/0", name="at",
+                      settings={"AUTOTHROTTLE_ENABLED": True, "AUTOTHROTTLE_START_DELAY": 0.05})
+    assert_exit(w2, "finished")
+    counts = site2.count_by_path()
+    assert set(counts) == page_paths(60) and set(counts.values()) == {1}
 
 
 # --------------------------------------------------------------------------- failures

@@ -37,7 +37,9 @@ from tests.test_commands import dead_json, leased, ok, one_error, status_json
 WAIT = 180  # hang guard for a whole crawl, not a check
 # Leases outlive an outage of a few seconds (no expiry while Redis fails over), and a
 # claim whose reply was lost in the kill comes back within seconds.
-HA = {"LEASED_LEASE_SECONDS": 6, "LEASED_RENEW_INTERVAL": 1, "LEASED_SWEEP_INTERVAL": 0.5}
+# UpsertPipeline on (into the crawl's Redis): the records follow the failover too
+HA = {"LEASED_LEASE_SECONDS": 6, "LEASED_RENEW_INTERVAL": 1, "LEASED_SWEEP_INTERVAL": 0.5,
+      "LEASED_UPSERT_ENABLED": True}
 
 
 def _cli_or_skip() -> None:
@@ -340,7 +342,8 @@ def test_cluster_crawls_keep_their_keys_in_one_slot_spread_over_the_masters(
         by_master.setdefault(cluster.owner(cluster.keyslot(CrawlKeys(cid).meta)).port, cid)
         i += 1
     site = make_site(pages=300)
-    ws = [start_worker(cluster.url, cid, site.url + "/p/0", name=cid) for cid in
+    ws = [start_worker(cluster.url, cid, site.url + "/p/0", name=cid,
+                       settings={"LEASED_UPSERT_ENABLED": True}) for cid in
           by_master.values()]
     for w in ws:
         assert_finished(w)

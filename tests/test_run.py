@@ -9,7 +9,7 @@ import time
 
 from scrapy_leased.connection import make_client
 from scrapy_leased.keys import CrawlKeys
-from scrapy_leased.run import RunMarker
+from scrapy_leased.run import SEED, SEEDED, WAIT, RunMarker
 
 
 def markers(url: str, crawl_id: str, ids: list[str], ttl_ms: int = 30_000,
@@ -33,8 +33,12 @@ def test_eight_workers_opening_at_once_one_seeds(redis_server, crawl_id):
                 await c.aclose()
 
     for attempt in range(5):
-        seeds = run(main())
-        assert sum(seeds) == (1 if attempt == 0 else 0)  # later joiners: the same run
+        answers = run(main())
+        if attempt == 0:
+            seeder = answers.index(SEED)
+            assert answers.count(SEED) == 1 and answers.count(WAIT) == 7
+        else:  # the same run: the seeder is told again it seeds, the others wait
+            assert answers == [SEED if i == seeder else WAIT for i in range(8)]
 
 
 def test_a_seeded_run_is_never_seeded_again_while_it_lasts(redis_server, crawl_id):
@@ -44,10 +48,10 @@ def test_a_seeded_run_is_never_seeded_again_while_it_lasts(redis_server, crawl_i
     async def main():
         (a, b), clients = markers(redis_server.url, crawl_id, ["a", "b"])
         try:
-            assert await a.join() and await a.seeded()
+            assert await a.join() == SEED and await a.seeded()
             assert not await b.seeded()  # only the seeder marks its run seeded
             r.zrem(keys.workers, "a")  # the seeder is gone (it finished start() first)
-            assert not await b.join()
+            assert await b.join() == SEEDED
             assert await b.refresh()
         finally:
             for c in clients:
@@ -66,10 +70,11 @@ def test_a_seeder_that_died_during_start_is_replaced_by_the_next_joiner(redis_se
         (a, b, c), clients = markers(redis_server.url, crawl_id, ["a", "b", "c"],
                                      worker_ttl_ms=60_000)
         try:
-            assert await a.join()
-            assert not await b.join()  # a is alive, seeding
+            assert await a.join() == SEED
+            assert await b.join() == WAIT  # a is alive, seeding
             r.zadd(keys.workers, {"a": 1})  # a's last heartbeat: long ago (it died)
-            assert await c.join()  # c seeds the run again
+            assert await c.join() == SEED  # c seeds the run again
+            assert await b.join() == WAIT  # c is alive, seeding
             assert r.get(keys.run) == b"c"
             assert not await a.seeded()  # a late seeder changes nothing
         finally:
@@ -86,13 +91,13 @@ def test_the_run_ends_with_its_last_worker_and_the_next_one_seeds(redis_server, 
     async def main():
         (a, b, c), clients = markers(redis_server.url, crawl_id, ["a", "b", "c"])
         try:
-            assert await a.join() and await a.seeded()
-            assert not await b.join()
+            assert await a.join() == SEED and await a.seeded()
+            assert await b.join() == SEEDED
             assert not await a.leave()  # b is still alive: the run goes on
             assert r.exists(keys.run)
             assert await b.leave()  # the last one: the run ended
             assert not r.exists(keys.run)
-            assert await c.join()  # a new run
+            assert await c.join() == SEED  # a new run
         finally:
             for cl in clients:
                 await cl.aclose()
@@ -107,13 +112,13 @@ def test_a_run_whose_workers_all_died_expires(redis_server, crawl_id):
     async def main():
         (a, b), clients = markers(redis_server.url, crawl_id, ["a", "b"], ttl_ms=300)
         try:
-            assert await a.join() and await a.seeded()
+            assert await a.join() == SEED and await a.seeded()
             # nobody refreshes it (a was killed): wait for Redis to expire it
             deadline = time.monotonic() + 30
             while r.exists(keys.run):
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
-            assert await b.join()
+            assert await b.join() == SEED
         finally:
             for cl in clients:
                 await cl.aclose()

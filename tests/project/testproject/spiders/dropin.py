@@ -15,14 +15,25 @@ from testproject.items import PageItem
 
 
 class PlainItemsSpider(scrapy.Spider):
-    """Follows every link; its items are ``{"title", "n", "worker"}``: no ``url``."""
+    """Follows every link; its items are ``{"title", "n", "worker"}``: no ``url``.
+    ``start_gate``: start() yields nothing until that file exists."""
 
     name = "plain_items"
 
-    def __init__(self, start_url, worker=None, *args, **kwargs):
+    def __init__(self, start_url, worker=None, start_gate=None, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.start_urls = [start_url]
         self.worker = worker
+        self.start_gate = start_gate
+
+    async def start(self):
+        import asyncio
+        import os
+
+        while self.start_gate and not os.path.exists(self.start_gate):
+            await asyncio.sleep(0.05)
+        for url in self.start_urls:
+            yield scrapy.Request(url, dont_filter=True)
 
     def parse(self, response):
         title = response.css("title::text").get()
