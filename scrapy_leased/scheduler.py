@@ -168,6 +168,7 @@ class LeasedScheduler(BaseScheduler):
         # Claim loop rounds started and finished, for start() pacing (start_request_sent)
         self._rounds_started = 0
         self._rounds_done = 0
+        self._fresh_round = 0  # the first claim round whose "drained" is to be believed
         self._round_done: asyncio.Event | None = None
         self._unconfirmed = 0  # requests given to the writer, not yet written to Redis
         self._warned: set[str] = set()
@@ -431,6 +432,14 @@ class LeasedScheduler(BaseScheduler):
                 self._warn_once("run", "Cannot read the run of the crawl, retrying: %s", exc)
                 state = None
             if state == SEEDED:
+                # what the claim loop saw before is stale: the seeder's requests are in
+                # Redis now; only a claim round started from now on may find the crawl
+                # drained (not one in flight)
+                self._drained_seen_at = -1
+                self._fresh_round = self._rounds_started + 1
+                self._starved = False
+                if self._kick is not None:
+                    self._kick.set()
                 return True
             if state == SEED:
                 self.seeds = True
@@ -576,6 +585,7 @@ class LeasedScheduler(BaseScheduler):
         delay = 0.05
         while _running(self):
             self._rounds_started += 1
+            round_ = self._rounds_started
             want = self._capacity()
             wait = self.config.idle_poll
             if want > 0:
@@ -603,7 +613,8 @@ class LeasedScheduler(BaseScheduler):
                         self._round_finished()
                         continue
                 elif result.next_ms < 0 and result.leases == 0 and not self.writer.pending \
-                        and generation == self.writer.generation:
+                        and generation == self.writer.generation \
+                        and round_ >= self._fresh_round:
                     self._drained_seen_at = generation
                     self._wake_engine()  # lets the engine notice it is idle and ask to close
                 elif result.next_ms > result.now_ms:  # a lane's budget lets a claim through then
