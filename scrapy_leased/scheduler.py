@@ -171,6 +171,7 @@ class LeasedScheduler(BaseScheduler):
         self._fresh_round = 0  # the first claim round whose "drained" is to be believed
         self._round_done: asyncio.Event | None = None
         self._unconfirmed = 0  # requests given to the writer, not yet written to Redis
+        self._settling: set[int] = set()  # tokens settled, their ack or fail not written
         self._warned: set[str] = set()
 
     @classmethod
@@ -488,6 +489,7 @@ class LeasedScheduler(BaseScheduler):
     def _settle(self, claim: _Claim) -> None:
         assert self.writer is not None
         self._claims.pop(claim.token, None)
+        self._settling.add(claim.token)  # renewed until its ack or fail is written
         if claim is self._isolated:
             self._isolated = None
             self._wake_engine()
@@ -530,6 +532,8 @@ class LeasedScheduler(BaseScheduler):
             self._starved = False  # this worker just queued work: claim it at once
             self._kick.set()
         self._unconfirmed -= len(batch.enqueue)
+        self._settling.difference_update(token for token, _ in batch.acks)
+        self._settling.difference_update(f.token for f in batch.fails)
         stats = self.stats
         known = self.df.known if isinstance(self.df, LeasedDupeFilter) else None
         for new, tag, queued in zip(batch.enqueue, batch.tags, result.queued):
@@ -647,6 +651,7 @@ class LeasedScheduler(BaseScheduler):
                 self.stats.inc_value("leased/undecodable")
                 logger.error("Dead-lettering stored request %(rid)d: %(error)s",
                              {"rid": env.rid, "error": exc})
+                self._settling.add(token)
                 self.writer.add_fail(Failure(token, str(exc), permanent=True, lane=env.lane,
                                              rid=env.rid))
                 continue
@@ -690,7 +695,10 @@ class LeasedScheduler(BaseScheduler):
                 timer.cancel()
             self._renew_now.clear()
             try:
-                lost = await self.frontier.renew(self.worker_id, list(self._claims),
+                # claims in progress, and those settled whose ack (or fail) is not
+                # written yet (Redis refusing writes): their leases must outlive the wait
+                lost = await self.frontier.renew(self.worker_id,
+                                                 [*self._claims, *self._settling],
                                                  self._worker_info())
                 await self.run.refresh()
             except (RedisError, OSError) as exc:
