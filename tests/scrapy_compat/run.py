@@ -15,8 +15,8 @@
    Scrapy's defaults and once with ``leased_plugin.py`` (the add-on in Scrapy's default
    settings, a fresh ``LEASED_CRAWL_ID`` per crawler).
 5. Prints, per mode, the tests that pass by default and not with the add-on. Those
-   listed in ``allowlist.txt`` (next to this file, each with its reason; mirrored in the
-   README's "Differences from Scrapy's scheduler") are expected; any other one makes
+   listed in ``allowlist.txt`` (next to this file, each with its reason; mirrored in
+   docs/compatibility.md, which a test keeps complete) are expected; any other one makes
    the exit status 1. Allowed tests that pass now are reported (the list can shrink).
 """
 
