@@ -9,9 +9,9 @@ from .config import LeasedConfig, LeasedConfigError
 from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
 from .logstats import LeasedLogStats, logstats_interval
-from .budget import Budgets
 from .middleware import LeasedFailureMiddleware
-from .ratelimit import LeasedRateMiddleware
+from .ratelimit.budgets import Budgets
+from .ratelimit.middleware import LeasedRateMiddleware
 from .scheduler import LeasedScheduler
 from .seeding import LeasedStartMiddleware
 from .upsert import UpsertConfig, UpsertFenceMiddleware, UpsertPipeline

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Spider, signals
 from scrapy.exceptions import NotConfigured
 
-from .admin import FleetAdmin, Snapshot, diagnose
+from .fleet import FleetAdmin, Snapshot, diagnose
 from .config import LeasedConfig, LeasedConfigError
 
 if TYPE_CHECKING:

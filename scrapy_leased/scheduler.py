@@ -50,14 +50,13 @@ from .codec import Codec, PayloadError
 from .config import LeasedConfig
 from .connection import LeasedRedisError, connect, redact
 from .dupefilter import LeasedDupeFilter
-from .budget import Budgets
-from .frontier import Budget, ClaimResult, CommitResult, Failure, Frontier, NewRequest
-from .keys import CrawlKeys
-from .middleware import describe
+from .frontier import Budget, ClaimResult, CommitResult, CrawlKeys, Failure, Frontier, NewRequest
+from .frontier.run import SEED, SEEDED, RunMarker
+from .frontier.writer import Batch, CommitWriter
 from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE
+from .middleware import describe
 from .order import QueueOrder
-from .run import SEED, SEEDED, RunMarker
-from .writer import Batch, CommitWriter
+from .ratelimit.budgets import Budgets
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -71,12 +70,7 @@ RETRY_CAP_SECONDS = 2.0
 #: start requests ahead of what is written to Redis.
 START_BUFFER = 1000
 
-__all__ = ["META_CLAIM", "LeasedScheduler", "claim_token", "leased_scheduler"]
-
-
-def claim_token(request: Request) -> int | None:
-    """The claim token (a crawl-wide, only-growing fencing token) of a request."""
-    return request.meta.get(META_CLAIM)
+__all__ = ["LeasedScheduler", "leased_scheduler"]
 
 
 def leased_scheduler(crawler: Crawler) -> LeasedScheduler | None:

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_leased.admin import Snapshot, WorkerState, diagnose
+from scrapy_leased.fleet import Snapshot, WorkerState, diagnose
 from scrapy_leased.frontier import as_str
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.redis_server import free_port
 from tests.support.queue import queue_len
 from tests.support.workers import wait_for

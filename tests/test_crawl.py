@@ -24,7 +24,7 @@ from scrapy import Request
 from scrapy_leased.codec import encode_request
 from scrapy_leased.connection import make_client
 from scrapy_leased.frontier import NO_BUDGET, Envelope, Frontier, NewRequest, as_str
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.queue import queue_len, queued
 from tests.support.workers import wait_for

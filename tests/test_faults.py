@@ -25,9 +25,9 @@ import redis
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_leased.fingerprints import split_fingerprint
+from scrapy_leased.frontier.fingerprints import split_fingerprint
 from scrapy_leased.frontier import Envelope
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.site import page_links
 from tests.support.queue import in_claim_order, queue_len, queued_envelopes
 

@@ -30,10 +30,10 @@ import redis
 
 from scrapy_leased.config import SEEN_BUCKET_BITS
 from scrapy_leased.connection import make_client
-from scrapy_leased.fingerprints import split_fingerprint
+from scrapy_leased.frontier.fingerprints import split_fingerprint
 from scrapy_leased.frontier import NO_BUDGET, Budget, Envelope, Failure, Frontier, NewRequest
-from scrapy_leased.keys import CrawlKeys
-from scrapy_leased.scripts import script_source
+from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.frontier.scripts import script_source
 from tests.support.redis_server import RedisServer
 from tests.support.queue import queue_len, queued, queued_envelopes
 
@@ -343,7 +343,7 @@ SKEWED_CHILD = r"""
 import asyncio, json, sys, time
 from scrapy_leased.connection import make_client
 from scrapy_leased.frontier import Frontier
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 
 url, crawl_id, worker, expected_skew_s = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 tokens = [int(t) for t in sys.argv[5].split(",")]

@@ -22,8 +22,8 @@ from scrapy import Request, Spider, signals
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-from scrapy_leased.keys import CrawlKeys
-from scrapy_leased.scheduler import META_CLAIM
+from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.meta import META_CLAIM
 from scrapy_leased.upsert import StoreError, UpsertFenceMiddleware, UpsertPipeline
 from scrapy_leased.upsert.config import UpsertConfig
 from scrapy_leased.upsert.records import Record

@@ -31,14 +31,13 @@ from scrapy.exceptions import UsageError
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import RequestFingerprinter
 
-from ..admin import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
-from ..budget import Budgets
+from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
 from ..codec import encode_request
 from ..config import _CRAWL_ID_RE, LeasedConfig, LeasedConfigError, check_redis_url
 from ..connection import make_client, redact
-from ..fingerprints import split_fingerprint
-from ..frontier import NewRequest
-from ..keys import CrawlKeys
+from ..frontier import CrawlKeys, NewRequest
+from ..frontier.fingerprints import split_fingerprint
+from ..ratelimit.budgets import Budgets
 
 if TYPE_CHECKING:
     import argparse

@@ -21,7 +21,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
-from ..scheduler import claim_token
+from ..meta import claim_token
 from .config import UpsertConfig
 
 if TYPE_CHECKING:

@@ -126,7 +126,7 @@ def make_target(kind: str, *, redis_server: Any, crawl_id: str, tmp_path: Path) 
     sqlite: a file in
     tmp_path; postgresql: the machine's server, tables with a unique prefix (dropped
     afterwards)."""
-    from scrapy_leased.keys import CrawlKeys
+    from scrapy_leased.frontier.keys import CrawlKeys
 
     prefix = f"t{uuid.uuid4().hex[:10]}"
     if kind == "redis":

@@ -24,8 +24,8 @@ from redis.exceptions import OutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...connection import CONNECT_TIMEOUT_SECONDS, connect, redact
-from ...keys import CrawlKeys
-from ...scripts import register
+from ...frontier.keys import CrawlKeys
+from ...frontier.scripts import register
 from ..records import Record
 from .base import Store
 

@@ -19,11 +19,10 @@ from scrapy import Request
 from scrapy.settings import BaseSettings
 from scrapy.utils.httpobj import urlparse_cached
 
-from .config import LeasedConfigError
-from .frontier import NO_BUDGET, Budget
+from ..config import LeasedConfigError
+from ..frontier import NO_BUDGET, Budget
+from ..meta import META_LANE
 
-#: request.meta key that puts a request in a lane of the user's choosing.
-META_LANE = "leased_lane"
 LANE_KEYS = ("host", "netloc", "slot")
 _UNITS_MS = {"s": 1000, "sec": 1000, "second": 1000, "m": 60_000, "min": 60_000,
              "minute": 60_000, "h": 3_600_000, "hour": 3_600_000}

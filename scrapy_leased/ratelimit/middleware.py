@@ -31,9 +31,9 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from .budget import Budgets
-from .meta import META_FREE_SINCE, META_NOT_BEFORE
-from .scheduler import leased_scheduler
+from ..meta import META_FREE_SINCE, META_NOT_BEFORE
+from ..scheduler import leased_scheduler
+from .budgets import Budgets
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -23,8 +23,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-# The shared helper files (lib_*.lua) each script gets prepended, in this order.
-_LIBS: dict[str, tuple[str, ...]] = {
+#: The shared helper files (lib_*.lua) each script gets prepended, in this order.
+LIBS: dict[str, tuple[str, ...]] = {
     "claim": ("lib_time", "lib_settle", "lib_rate", "lib_guard"),
     "commit": ("lib_time", "lib_settle", "lib_guard"),
     "expired": ("lib_time",),
@@ -42,13 +42,13 @@ _LIBS: dict[str, tuple[str, ...]] = {
 
 @cache
 def script_source(name: str) -> str:
-    lua = files("scrapy_leased").joinpath("lua")
+    lua = files("scrapy_leased.frontier").joinpath("lua")
     body = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     shebang = ""
     if body.startswith("#!"):
         shebang, _, body = body.partition("\n")
         shebang += "\n"
-    parts = [lua.joinpath(f"{lib}.lua").read_text(encoding="utf-8") for lib in _LIBS.get(name, ())]
+    parts = [lua.joinpath(f"{lib}.lua").read_text(encoding="utf-8") for lib in LIBS.get(name, ())]
     parts.append(body)
     return shebang + "\n".join(parts)
 
@@ -111,6 +111,11 @@ class _WaitedScript:
                               "pause": WAIT_PAUSE_SECONDS})
             return reply
         raise AssertionError("unreachable")
+
+
+def as_str(value: Any) -> str:
+    """A Redis reply (bytes, or str with decode_responses) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:
