@@ -24,15 +24,17 @@ SEEN_CACHE = 100_000
 RECOVER_BATCH = 500
 EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (scrapy.utils.project.data_path)
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
-_CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")
+CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")  # it becomes the keys' {hash tag}
 
 
 class LeasedConfigError(ValueError):
     """A ``LEASED_*`` setting has a bad value; the message names it."""
 
 
-def _number(settings: BaseSettings, name: str, default: float, *, minimum: float,
-            integer: bool = False, exclusive: bool = True) -> Any:
+def number_setting(settings: BaseSettings, name: str, default: float, *, minimum: float,
+                   integer: bool = False, exclusive: bool = True) -> Any:
+    """Setting ``name`` as a number (an int with ``integer``), above ``minimum`` (at least
+    it, without ``exclusive``); ``default`` when unset; else LeasedConfigError."""
     raw = settings.get(name)
     if raw is None or raw == "":
         return default
@@ -49,7 +51,8 @@ def _number(settings: BaseSettings, name: str, default: float, *, minimum: float
     return value
 
 
-def _bool(settings: BaseSettings, name: str, default: bool) -> bool:
+def bool_setting(settings: BaseSettings, name: str, default: bool) -> bool:
+    """Setting ``name`` as a boolean; ``default`` when unset; else LeasedConfigError."""
     try:
         return settings.getbool(name, default)
     except ValueError:
@@ -68,6 +71,16 @@ def check_redis_url(url: str, name: str = "LEASED_REDIS_URL") -> str:
     except RedisUrlError as exc:
         raise LeasedConfigError(f"{name} ({redact(url)!r}) {exc}.") from None
     return url
+
+
+def check_crawl_id(crawl_id: Any, name: str = "LEASED_CRAWL_ID") -> str:
+    """``crawl_id`` if it can name a crawl, else LeasedConfigError naming ``name``."""
+    if not (isinstance(crawl_id, str) and CRAWL_ID_RE.match(crawl_id)):
+        raise LeasedConfigError(
+            f"{name} ({crawl_id!r}) must be a non-empty string without "
+            "spaces or braces (it becomes the keys' {hash tag})."
+        )
+    return crawl_id
 
 
 @dataclass(frozen=True)
@@ -99,16 +112,11 @@ class LeasedConfig:
                 raise LeasedConfigError(f"LEASED_REDIS_URL ({url!r}) must be a string.")
             check_redis_url(url)
         crawl_id = settings.get("LEASED_CRAWL_ID") or None
-        if crawl_id is not None and not (
-            isinstance(crawl_id, str) and _CRAWL_ID_RE.match(crawl_id)
-        ):
-            raise LeasedConfigError(
-                f"LEASED_CRAWL_ID ({crawl_id!r}) must be a non-empty string without "
-                "spaces or braces (it becomes the keys' {hash tag})."
-            )
-        lease = _number(settings, "LEASED_LEASE_SECONDS", LEASE_SECONDS, minimum=1,
+        if crawl_id is not None:
+            check_crawl_id(crawl_id)
+        lease = number_setting(settings, "LEASED_LEASE_SECONDS", LEASE_SECONDS, minimum=1,
                         exclusive=False)
-        renew = _number(settings, "LEASED_RENEW_INTERVAL", lease / 3, minimum=0)
+        renew = number_setting(settings, "LEASED_RENEW_INTERVAL", lease / 3, minimum=0)
         if renew >= lease:
             raise LeasedConfigError(
                 f"LEASED_RENEW_INTERVAL ({renew!r}) must be lower than "
@@ -126,25 +134,25 @@ class LeasedConfig:
             crawl_id=crawl_id,
             lease_seconds=lease,
             renew_interval=renew,
-            sweep_interval=_number(settings, "LEASED_SWEEP_INTERVAL",
+            sweep_interval=number_setting(settings, "LEASED_SWEEP_INTERVAL",
                                    SWEEP_INTERVAL_SECONDS, minimum=0),
-            max_attempts=_number(settings, "LEASED_MAX_ATTEMPTS", MAX_ATTEMPTS,
+            max_attempts=number_setting(settings, "LEASED_MAX_ATTEMPTS", MAX_ATTEMPTS,
                                  minimum=1, integer=True, exclusive=False),
-            idle_poll=_number(settings, "LEASED_IDLE_POLL", IDLE_POLL_SECONDS, minimum=0),
-            keep_alive=_bool(settings, "LEASED_KEEP_ALIVE", False),
-            worker_ttl=_number(settings, "LEASED_WORKER_TTL", WORKER_TTL_SECONDS, minimum=0),
+            idle_poll=number_setting(settings, "LEASED_IDLE_POLL", IDLE_POLL_SECONDS, minimum=0),
+            keep_alive=bool_setting(settings, "LEASED_KEEP_ALIVE", False),
+            worker_ttl=number_setting(settings, "LEASED_WORKER_TTL", WORKER_TTL_SECONDS, minimum=0),
             seen_bucket_bits=_seen_bits(settings),
-            seen_cache=_number(settings, "LEASED_SEEN_CACHE", SEEN_CACHE, minimum=0,
+            seen_cache=number_setting(settings, "LEASED_SEEN_CACHE", SEEN_CACHE, minimum=0,
                                integer=True, exclusive=False),
-            recover_batch=_number(settings, "LEASED_RECOVER_BATCH", RECOVER_BATCH,
+            recover_batch=number_setting(settings, "LEASED_RECOVER_BATCH", RECOVER_BATCH,
                                   minimum=1, integer=True, exclusive=False),
-            prefetch=_number(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,
+            prefetch=number_setting(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,
                              exclusive=False),
             fail_http_codes=fail_codes,
-            retry_errors=_bool(settings, "LEASED_RETRY_ERRORS", False),
+            retry_errors=bool_setting(settings, "LEASED_RETRY_ERRORS", False),
             embedded_dir=Path(data_path(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR)),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
-            connect_timeout=_number(settings, "LEASED_CONNECT_TIMEOUT", CONNECT_TIMEOUT_SECONDS,
+            connect_timeout=number_setting(settings, "LEASED_CONNECT_TIMEOUT", CONNECT_TIMEOUT_SECONDS,
                                     minimum=0, exclusive=False),
         )
 
@@ -159,7 +167,7 @@ class LeasedConfig:
 
 
 def _seen_bits(settings: BaseSettings) -> int:
-    bits = _number(settings, "LEASED_SEEN_BUCKET_BITS", SEEN_BUCKET_BITS, minimum=0,
+    bits = number_setting(settings, "LEASED_SEEN_BUCKET_BITS", SEEN_BUCKET_BITS, minimum=0,
                    integer=True, exclusive=False)
     if bits > 16:
         raw = settings.get("LEASED_SEEN_BUCKET_BITS")

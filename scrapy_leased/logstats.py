@@ -18,7 +18,9 @@ from scrapy import Spider, signals
 from scrapy.exceptions import NotConfigured
 
 from .fleet import FleetAdmin, Snapshot, diagnose
+from .fleet.logline import FLEET_LINE, fleet_line_args
 from .config import LeasedConfig, LeasedConfigError
+from .scheduler import leased_scheduler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -74,17 +76,15 @@ class LeasedLogStats:
             self._task.cancel()
             self._task = None
 
-    def _scheduler(self) -> Any:
-        engine = self.crawler.engine
-        # engine.scheduler is public from Scrapy 2.19; the engine slot holds it before
-        return getattr(engine, "scheduler", None) or getattr(
-            getattr(engine, "_slot", None), "scheduler", None)
+    def _closing(self) -> bool:
+        scheduler = leased_scheduler(self.crawler)
+        return scheduler is not None and scheduler.closing
 
     def _admin(self) -> FleetAdmin | None:
-        scheduler = self._scheduler()
-        frontier = getattr(scheduler, "frontier", None)
-        if frontier is None or getattr(scheduler, "_closing", False):
+        scheduler = leased_scheduler(self.crawler)
+        if scheduler is None or scheduler.frontier is None or scheduler.closing:
             return None  # not the leased scheduler, not open yet, or closing its client
+        frontier = scheduler.frontier
         return FleetAdmin(frontier.client, frontier.keys, worker_ttl_ms=self.worker_ttl_ms)
 
     async def _loop(self, spider: Spider) -> None:
@@ -92,7 +92,7 @@ class LeasedLogStats:
         while True:
             await asyncio.sleep(self.interval)
             admin = admin or self._admin()
-            if admin is None or getattr(self._scheduler(), "_closing", False):
+            if admin is None or self._closing():
                 continue  # the scheduler closes its Redis client: no more lines
             try:
                 snap = await admin.snapshot(memory=False)
@@ -102,14 +102,7 @@ class LeasedLogStats:
             self.log(snap, spider)
 
     def log(self, snap: Snapshot, spider: Spider | None = None) -> None:
-        logger.info(
-            "Fleet %(crawl)s: %(rate)s pages/min, todo %(todo)s, in flight %(processing)s, "
-            "done %(done)s, dead %(dead)s, workers %(workers)d",
-            {"crawl": snap.crawl, "rate": f"{snap.pages_per_min:,.0f}",
-             "todo": f"{snap.todo:,}", "processing": f"{snap.processing:,}",
-             "done": f"{snap.done:,}", "dead": f"{snap.dead:,}",
-             "workers": snap.workers_alive},
-            extra={"spider": spider})
+        logger.info(FLEET_LINE, fleet_line_args(snap), extra={"spider": spider})
         for d in diagnose(snap, self._prev, self.default_capacity):
             logger.warning("Fleet %(crawl)s: %(message)s",
                            {"crawl": snap.crawl, "message": d.message}, extra={"spider": spider})

@@ -209,6 +209,7 @@ class LeasedScheduler(BaseScheduler):
                                  caller=self.worker_id, prune_ms=self.config.prune_ms)
         self.frontier.on_epoch = self._on_epoch
         await self.frontier.check_layout(self.config.seen_bucket_bits)
+        await self.frontier.record_half_life()
         self.writer = CommitWriter(self.frontier, self._on_commit)
         self._install_engine_hooks()
         worker_ttl_ms = int(self.config.worker_ttl * 1000)
@@ -379,6 +380,11 @@ class LeasedScheduler(BaseScheduler):
         return request
 
     # -- for the add-on's other components ----------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        """Whether ``close`` has begun (the Redis client is about to be closed)."""
+        return self._closing
 
     def is_handed(self, request: Request) -> bool:
         """Whether this request object is one this scheduler handed to the engine (a

@@ -33,7 +33,7 @@ from scrapy.utils.request import RequestFingerprinter
 
 from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
 from ..codec import encode_request
-from ..config import _CRAWL_ID_RE, LeasedConfig, LeasedConfigError, check_redis_url
+from ..config import LeasedConfig, LeasedConfigError, check_crawl_id, check_redis_url
 from ..connection import make_client, redact
 from ..frontier import CrawlKeys, NewRequest
 from ..frontier.fingerprints import split_fingerprint
@@ -151,6 +151,7 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
 async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: Settings) -> int:
     try:
         config = LeasedConfig.from_settings(settings)
+        budgets = Budgets.from_settings(settings)
     except LeasedConfigError as exc:
         raise CommandError(str(exc)) from None
     crawl_arg = None
@@ -166,18 +167,19 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
                                f"{type(exc).__name__}: {exc}") from None
         crawl = await _crawl_id(crawl_arg, settings, config, client)
         admin = FleetAdmin(client, CrawlKeys(crawl), worker_ttl_ms=int(config.worker_ttl * 1000),
-                           lease_ms=config.lease_ms, max_attempts=config.max_attempts)
+                           lease_ms=config.lease_ms, max_attempts=config.max_attempts,
+                           half_life_ms=budgets.half_life_ms)
         if sub != "seed" and not await admin.exists():
             crawls = await FleetAdmin.list_crawls(client)
             raise CommandError(
                 f"unknown crawl {crawl!r} in Redis at {redact(url)}: no key "
                 f"{admin.keys.prefix}*; crawls there: {', '.join(crawls) or 'none'}")
         if sub == "status":
-            return await _status(admin, opts, settings, redact(url))
+            return await _status(admin, opts, settings, redact(url), budgets)
         if sub == "dead":
             return await _dead(admin, opts)
         if sub == "seed":
-            return await _seed(admin, rest, opts, settings, config)
+            return await _seed(admin, rest, opts, settings, config, budgets)
         return await _reset(admin, opts, redact(url))
     finally:
         await client.aclose()
@@ -216,9 +218,10 @@ def _redis_url(opts: argparse.Namespace, config: LeasedConfig,
 async def _crawl_id(arg: str | None, settings: Settings, config: LeasedConfig,
                     client: Any) -> str:
     if arg is not None:
-        if not _CRAWL_ID_RE.match(arg):
-            raise CommandError(f"CRAWL ({arg!r}) must be a crawl id without spaces or braces")
-        return arg
+        try:
+            return check_crawl_id(arg, "CRAWL")
+        except LeasedConfigError as exc:
+            raise CommandError(str(exc)) from None
     if config.crawl_id:
         return config.crawl_id
     from scrapy.spiderloader import get_spider_loader
@@ -237,9 +240,8 @@ async def _crawl_id(arg: str | None, settings: Settings, config: LeasedConfig,
 
 
 async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Settings,
-                  where: str) -> int:
+                  where: str, budgets: Budgets) -> int:
     default_cap = settings.getint("CONCURRENT_REQUESTS")
-    budgets = Budgets.from_settings(settings)
     if not opts.watch:
         sample = SAMPLE_SECONDS if opts.sample is None else opts.sample
         prev = None
@@ -458,15 +460,11 @@ def _read_urls(sources: list[str], files: list[str]) -> list[str]:
 
 
 async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
-                settings: Settings, config: LeasedConfig) -> int:
+                settings: Settings, config: LeasedConfig, budgets: Budgets) -> int:
     urls = _read_urls(sources, opts.file)
     if not urls:
         raise CommandError("nothing to seed: give URLs, -f FILE or - (stdin)")
     fingerprinter = _fingerprinter(settings)
-    try:
-        budgets = Budgets.from_settings(settings)
-    except LeasedConfigError as exc:
-        raise CommandError(str(exc)) from None
     requests = []
     for url in urls:
         try:

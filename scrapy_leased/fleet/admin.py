@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..frontier import Envelope, Frontier, NewRequest
+from ..frontier.machine import HALF_LIFE_FIELD
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys
 from ..frontier.scripts import as_str, pairs, read_atomic, register
+from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
 from ..topology import scan_batches, server_info
 from .snapshot import LaneState, Snapshot, WorkerState
 
@@ -90,11 +92,16 @@ class Lease:
 
 class FleetAdmin:
     def __init__(self, client: Any, keys: CrawlKeys, *, worker_ttl_ms: int = 30_000,
-                 lease_ms: int = 30_000, max_attempts: int = 4) -> None:
+                 lease_ms: int = 30_000, max_attempts: int = 4,
+                 half_life_ms: int = HALF_LIFE_MS) -> None:
+        """``half_life_ms``: LEASED_RATE_RECOVERY, for a crawl whose workers have not
+        recorded theirs in Redis (``Frontier.record_half_life``)."""
         self.client = client
         self.keys = keys
         self.worker_ttl_ms = worker_ttl_ms
-        self.frontier = Frontier(client, keys, lease_ms=lease_ms, max_attempts=max_attempts)
+        self.half_life_ms = half_life_ms
+        self.frontier = Frontier(client, keys, lease_ms=lease_ms, max_attempts=max_attempts,
+                                 half_life_ms=half_life_ms)
         self._s = register(client, "requeue_dead", "purge_dead", "read")
 
     # -- reading ---------------------------------------------------------------------
@@ -127,22 +134,24 @@ class FleetAdmin:
         k = self.keys
         async with self.client.pipeline(transaction=False) as p:
             p.zcard(k.lanes).zrevrange(k.lanes, 0, limit - 1, withscores=True)
-            total, top = await p.execute()
+            p.hget(k.meta, HALF_LIFE_FIELD)
+            total, top, recorded = await p.execute()
+        # the workers' LEASED_RATE_RECOVERY (what lib_rate.lua computes with), else ours
+        half_life_ms = int(recorded) if recorded else self.half_life_ms
         names = [as_str(name) for name, _ in top]
         async with self.client.pipeline(transaction=False) as p:
             for lane in names:
                 p.zcard(k.lane_queue(lane)).llen(k.lane_fifo(lane))
-                p.hmget(k.rate(lane), "tat", "blk", "pf", "pt", "cd")
+                p.hmget(k.rate(lane), *RATE_FIELDS)
             res = await p.execute()
         out = []
         for i, (lane, (_, ready)) in enumerate(zip(names, top)):
-            queued, (tat, blk, pf, pt, cd) = res[3 * i] + res[3 * i + 1], res[3 * i + 2]
-            tat, blk, pf, pt, cd = (float(x or 0) for x in (tat, blk, pf or 1, pt, cd))
-            factor = max(1.0, pf * 0.5 ** ((now_ms - pt) / self.frontier.half_life_ms)) \
-                if pf > 1 else 1.0
+            queued, rate = res[3 * i] + res[3 * i + 1], RateState.from_reply(res[3 * i + 2])
             out.append(LaneState(lane, int(queued), max(0.0, (ready - now_ms) / 1000),
-                                 max(0.0, (tat - now_ms) / 1000), max(0.0, (blk - now_ms) / 1000),
-                                 round(factor, 2), cd / 1000))
+                                 max(0.0, (rate.tat - now_ms) / 1000),
+                                 max(0.0, (rate.blocked_until - now_ms) / 1000),
+                                 round(rate.slowdown(now_ms, half_life_ms), 2),
+                                 rate.crawl_delay_ms / 1000))
         return int(total), out
 
     async def snapshot(self, *, workers: bool = True, memory: bool = True) -> Snapshot:

@@ -10,7 +10,7 @@ from .scripts import as_str
 @dataclass(frozen=True)
 class Envelope:
     """A request as stored: ``<rid>|<attempts>|<expiries>|<priority>|<lane>|<payload>``
-    (see lua/lib_settle.lua)."""
+    (built by lua/lib_envelope.lua)."""
 
     rid: int
     attempts: int

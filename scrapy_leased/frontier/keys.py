@@ -134,7 +134,9 @@ class CrawlKeys:
 
     @property
     def meta(self) -> str:
-        """HASH: the crawl's fixed parameters (seen-set layout), checked at open."""
+        """HASH: the crawl's fixed parameters (``seen_bucket_bits``, the seen-set layout,
+        checked at open) and ``rate_half_life_ms`` (LEASED_RATE_RECOVERY of the workers,
+        read by ``scrapy leased status``)."""
         return self._key("meta")
 
     def seen_bucket(self, bucket: int) -> str:

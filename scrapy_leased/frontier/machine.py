@@ -19,6 +19,8 @@ from .scripts import as_str, pairs, read_atomic, register
 
 
 REASON_CHARS = 500  # a failure's reason is kept to its first 500 characters
+#: Field of the crawl's ``meta`` HASH: the slowdown half-life (ms) the workers use.
+HALF_LIFE_FIELD = "rate_half_life_ms"
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,11 @@ class Frontier:
                 f"crawl was started with ({stored}); changing it would forget seen URLs. "
                 f"Set it back to {stored}, or use a new LEASED_CRAWL_ID."
             )
+
+    async def record_half_life(self) -> None:
+        """Record this caller's slowdown half-life (LEASED_RATE_RECOVERY) with the crawl,
+        so that ``scrapy leased status``, run anywhere, computes slowdowns with it."""
+        await self.client.hset(self.keys.meta, HALF_LIFE_FIELD, self.half_life_ms)
 
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
                      fails: Sequence[Failure] = (), call_id: str | None = None) -> CommitResult:

@@ -25,15 +25,15 @@ from redis.exceptions import NoScriptError
 
 #: The shared helper files (lib_*.lua) each script gets prepended, in this order.
 LIBS: dict[str, tuple[str, ...]] = {
-    "claim": ("lib_time", "lib_settle", "lib_rate", "lib_guard"),
-    "commit": ("lib_time", "lib_settle", "lib_guard"),
+    "claim": ("lib_time", "lib_envelope", "lib_settle", "lib_rate", "lib_guard"),
+    "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
     "expired": ("lib_time",),
-    "recover": ("lib_time", "lib_settle", "lib_guard"),
+    "recover": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
     "renew": ("lib_guard",),
-    "release": ("lib_settle",),
+    "release": ("lib_envelope", "lib_settle"),
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),
-    "requeue_dead": ("lib_settle",),  # admin.py (scrapy leased dead --requeue)
+    "requeue_dead": ("lib_envelope", "lib_settle"),  # fleet/admin.py (scrapy leased dead --requeue)
     "run_join": ("lib_time",),  # run.py: which worker seeds the run
     "run_leave": ("lib_time",),
     # read: several reads with the server time, atomically (read_atomic below)
