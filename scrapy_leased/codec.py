@@ -37,7 +37,7 @@ from scrapy import Request, Spider
 from scrapy.http.request import NO_CALLBACK
 from scrapy.settings import BaseSettings
 
-from .config import LeasedConfigError
+from .config import item_modules
 from .meta import PRIVATE_META_PREFIX
 
 TAG = "$leased"
@@ -90,16 +90,7 @@ class ItemClasses:
         modules: list[str] = []
         if settings is not None:
             modules += [m.split(".")[0] for m in settings.getlist("SPIDER_MODULES")]
-            extra = settings.get("LEASED_ITEM_MODULES") or []
-            if isinstance(extra, str):
-                extra = [m.strip() for m in extra.split(",")]
-            if not isinstance(extra, (list, tuple)) or not all(
-                    isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
-                    for m in extra):
-                raise LeasedConfigError(
-                    f"LEASED_ITEM_MODULES ({settings.get('LEASED_ITEM_MODULES')!r}) must be a "
-                    "list of module names, e.g. ['myproject.items', 'shared_items'].")
-            modules += list(extra)
+            modules += item_modules(settings)
         if spider is not None:
             modules.append(type(spider).__module__.split(".")[0])
         return cls(modules)

@@ -19,34 +19,14 @@ from scrapy.exceptions import NotConfigured
 
 from .fleet import FleetAdmin, Snapshot, diagnose
 from .fleet.logline import FLEET_LINE, fleet_line_args
-from .config import LeasedConfig, LeasedConfigError
+from .config import LeasedConfig
 from .scheduler import leased_scheduler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
-
-LOGSTATS_INTERVAL_SECONDS = 60.0
-
-
-def logstats_interval(settings: BaseSettings) -> float:
-    """``LEASED_LOGSTATS_INTERVAL`` in seconds (0: off); raises LeasedConfigError."""
-    raw = settings.get("LEASED_LOGSTATS_INTERVAL")
-    if raw is None or raw == "":
-        return LOGSTATS_INTERVAL_SECONDS
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = -1.0
-    if not value >= 0 or value == float("inf"):  # also rejects NaN
-        raise LeasedConfigError(
-            f"LEASED_LOGSTATS_INTERVAL ({raw!r}) must be a number of seconds, at least 0 "
-            f"(0 turns the fleet log line off).")
-    return value
-
 
 class LeasedLogStats:
     def __init__(self, crawler: Crawler, interval: float, worker_ttl: float) -> None:
@@ -59,11 +39,10 @@ class LeasedLogStats:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        interval = logstats_interval(crawler.settings)
-        if not interval:
-            raise NotConfigured
         config = LeasedConfig.from_settings(crawler.settings)
-        o = cls(crawler, interval, config.worker_ttl)
+        if not config.logstats_interval:
+            raise NotConfigured
+        o = cls(crawler, config.logstats_interval, config.worker_ttl)
         crawler.signals.connect(o.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(o.spider_closed, signal=signals.spider_closed)
         return o

@@ -172,8 +172,7 @@ class LeasedScheduler(BaseScheduler):
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = LeasedConfig.from_settings(crawler.settings)
         df_cls = load_object(crawler.settings["DUPEFILTER_CLASS"])
-        return cls(crawler, config, build_from_crawler(df_cls, crawler),
-                   Budgets.from_settings(crawler.settings))
+        return cls(crawler, config, build_from_crawler(df_cls, crawler), config.budgets)
 
     # -- lifecycle -------------------------------------------------------------------
 

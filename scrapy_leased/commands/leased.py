@@ -151,7 +151,6 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
 async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: Settings) -> int:
     try:
         config = LeasedConfig.from_settings(settings)
-        budgets = Budgets.from_settings(settings)
     except LeasedConfigError as exc:
         raise CommandError(str(exc)) from None
     crawl_arg = None
@@ -168,18 +167,18 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
         crawl = await _crawl_id(crawl_arg, settings, config, client)
         admin = FleetAdmin(client, CrawlKeys(crawl), worker_ttl_ms=int(config.worker_ttl * 1000),
                            lease_ms=config.lease_ms, max_attempts=config.max_attempts,
-                           half_life_ms=budgets.half_life_ms)
+                           half_life_ms=config.budgets.half_life_ms)
         if sub != "seed" and not await admin.exists():
             crawls = await FleetAdmin.list_crawls(client)
             raise CommandError(
                 f"unknown crawl {crawl!r} in Redis at {redact(url)}: no key "
                 f"{admin.keys.prefix}*; crawls there: {', '.join(crawls) or 'none'}")
         if sub == "status":
-            return await _status(admin, opts, settings, redact(url), budgets)
+            return await _status(admin, opts, settings, redact(url), config.budgets)
         if sub == "dead":
             return await _dead(admin, opts)
         if sub == "seed":
-            return await _seed(admin, rest, opts, settings, config, budgets)
+            return await _seed(admin, rest, opts, settings, config)
         return await _reset(admin, opts, redact(url))
     finally:
         await client.aclose()
@@ -460,7 +459,7 @@ def _read_urls(sources: list[str], files: list[str]) -> list[str]:
 
 
 async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
-                settings: Settings, config: LeasedConfig, budgets: Budgets) -> int:
+                settings: Settings, config: LeasedConfig) -> int:
     urls = _read_urls(sources, opts.file)
     if not urls:
         raise CommandError("nothing to seed: give URLs, -f FILE or - (stdin)")
@@ -475,7 +474,7 @@ async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
                                            config.seen_bucket_bits)
         payload = encode_request(request, None)  # type: ignore[arg-type]  # no callback
         requests.append(NewRequest(payload, request.priority, bucket, member,
-                                   lane=budgets.lane_of(request)))  # its host, as a worker does
+                                   lane=config.budgets.lane_of(request)))  # its host, as a worker does
     try:
         queued = await admin.seed(requests, config.seen_bucket_bits)
     except ValueError as exc:

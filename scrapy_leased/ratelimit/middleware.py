@@ -31,6 +31,7 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
+from ..config import LeasedConfig
 from ..meta import META_FREE_SINCE, META_NOT_BEFORE
 from ..scheduler import leased_scheduler
 from .budgets import Budgets
@@ -73,7 +74,7 @@ class LeasedRateMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, Budgets.from_settings(crawler.settings))
+        return cls(crawler, LeasedConfig.from_settings(crawler.settings).budgets)
 
     def _note_penalty(self, lane: str) -> None:
         """Remember that this worker penalized the lane now (its claims with nothing to

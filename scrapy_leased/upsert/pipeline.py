@@ -49,10 +49,10 @@ class UpsertPipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = UpsertConfig.from_settings(crawler.settings)
-        if not config.enabled:
+        leased = LeasedConfig.from_settings(crawler.settings)
+        if not leased.upsert.enabled:
             raise NotConfigured("LEASED_UPSERT_ENABLED is False")
-        return cls(crawler, config, LeasedConfig.from_settings(crawler.settings))
+        return cls(crawler, leased.upsert, leased)
 
     def _inc(self, name: str, count: int = 1) -> None:
         self.stats.inc_value(STATS_PREFIX + name, count)
