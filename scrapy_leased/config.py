@@ -151,7 +151,8 @@ def parse_rate(value: Any, burst: Any, setting: str) -> Budget:
         if b < 1 or float(burst) != b:
             raise ValueError
     except (TypeError, ValueError):
-        raise LeasedConfigError(f"burst of {setting} ({burst!r}) must be an integer >= 1.") from None
+        raise LeasedConfigError(
+            f"burst of {setting} ({burst!r}) must be an integer >= 1.") from None
     return Budget(max(1, math.ceil(per * unit_ms / count)), b)  # rounded up: never over
 
 
@@ -273,8 +274,8 @@ class LeasedConfig:
 
 
 def _seen_bits(settings: BaseSettings) -> int:
-    bits = number_setting(settings, "LEASED_SEEN_BUCKET_BITS", SEEN_BUCKET_BITS, minimum=0,
-                   integer=True, exclusive=False)
+    bits: int = number_setting(settings, "LEASED_SEEN_BUCKET_BITS", SEEN_BUCKET_BITS,
+                               minimum=0, integer=True, exclusive=False)
     if bits > 16:
         raw = settings.get("LEASED_SEEN_BUCKET_BITS")
         raise LeasedConfigError(f"LEASED_SEEN_BUCKET_BITS ({raw!r}) must be at most 16.")

@@ -18,14 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis
 
 from scrapy_leased.fleet import Snapshot, WorkerState, diagnose
 from scrapy_leased.frontier import as_str
 from scrapy_leased.frontier.keys import CrawlKeys
-from tests.support.redis_server import free_port
 from tests.support.queue import queue_len
+from tests.support.redis_server import free_port
 from tests.support.workers import wait_for
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.config import LeasedConfig, LeasedConfigError, check_redis_url
 from scrapy_leased.connection import LeasedRedisError, check_reachable, connect, make_client
+from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import Frontier, NewRequest, as_str
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import WAIT_TIMEOUT_MS, script_source

@@ -23,8 +23,8 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
-from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.connection import make_client
+from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import NO_BUDGET, Budget, Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.ratelimit import LeasedRateMiddleware

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-
 from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.redis_server import free_port
 from tests.support.upsert import PostgresServer, pg_records

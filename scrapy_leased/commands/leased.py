@@ -31,10 +31,11 @@ from scrapy.exceptions import UsageError
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import RequestFingerprinter
 
-from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
+from ..bootstrap import crawl_redis_url
 from ..codec import encode_request
 from ..config import LeasedConfig, LeasedConfigError, check_crawl_id, check_redis_url
 from ..connection import make_client, redact
+from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
 from ..frontier import CrawlKeys, NewRequest
 from ..frontier.fingerprints import split_fingerprint
 from ..ratelimit.budgets import Budgets
@@ -197,13 +198,13 @@ def _redis_url(opts: argparse.Namespace, config: LeasedConfig,
             raise CommandError(str(exc)) from None
     if config.redis_url:
         return config.redis_url, "LEASED_REDIS_URL"
-    from ..embedded import EmbeddedRedisError, ensure_embedded_redis, running_embedded_redis
+    from ..embedded import EmbeddedRedisError
 
     source = f"embedded Redis in {config.embedded_dir}"
-    url = running_embedded_redis(config.embedded_dir)
+    url, _ = crawl_redis_url(config, start=False)  # a running one, else (seed) start it
     if url is None and start_embedded:
         try:
-            url = ensure_embedded_redis(config.embedded_dir, config.embedded_server)
+            url, _ = crawl_redis_url(config)
         except EmbeddedRedisError as exc:
             raise CommandError(str(exc).splitlines()[0]) from None
     if url is None:
@@ -472,9 +473,10 @@ async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
             raise CommandError(f"not a URL: {url!r} ({exc}); nothing seeded") from None
         bucket, member = split_fingerprint(fingerprinter.fingerprint(request),
                                            config.seen_bucket_bits)
-        payload = encode_request(request, None)  # type: ignore[arg-type]  # no callback
+        payload = encode_request(request, None)  # no spider: the request has no callback
         requests.append(NewRequest(payload, request.priority, bucket, member,
-                                   lane=config.budgets.lane_of(request)))  # its host, as a worker does
+                                   # its host, as a worker does
+                                   lane=config.budgets.lane_of(request)))
     try:
         queued = await admin.seed(requests, config.seen_bucket_bits)
     except ValueError as exc:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..frontier import Envelope, Frontier, NewRequest
-from ..frontier.machine import HALF_LIFE_FIELD
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys
+from ..frontier.machine import HALF_LIFE_FIELD
 from ..frontier.scripts import as_str, pairs, read_atomic, register
 from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
 from ..topology import scan_batches, server_info

@@ -17,7 +17,6 @@ from .envelope import Envelope
 from .keys import CrawlKeys, ExtraKeys
 from .scripts import as_str, pairs, read_atomic, register
 
-
 REASON_CHARS = 500  # a failure's reason is kept to its first 500 characters
 #: Field of the crawl's ``meta`` HASH: the slowdown half-life (ms) the workers use.
 HALF_LIFE_FIELD = "rate_half_life_ms"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from scrapy import Request
 from scrapy.settings import BaseSettings
@@ -63,7 +62,8 @@ class Budgets:
                    half_life_ms=ms_setting(settings, "LEASED_RATE_RECOVERY", HALF_LIFE_MS / 1000),
                    backoff_ms=ms_setting(settings, "LEASED_RATE_BACKOFF", 5.0),
                    obey_crawl_delay=settings.getbool("LEASED_RATE_CRAWL_DELAY", True),
-                   free_grace_ms=ms_setting(settings, "LEASED_RATE_FREE_GRACE", 0.5, allow_zero=True))
+                   free_grace_ms=ms_setting(settings, "LEASED_RATE_FREE_GRACE", 0.5,
+                                            allow_zero=True))
 
     @property
     def enabled(self) -> bool:

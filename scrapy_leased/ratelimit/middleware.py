@@ -154,7 +154,7 @@ class LeasedRateMiddleware:
 
         try:
             robots = Protego.parse(response.text)
-        except Exception:  # noqa: BLE001 - an unreadable robots.txt has no Crawl-delay
+        except Exception:
             return
         agent = (request.headers.get(b"User-Agent") or b"").decode("latin-1") or "*"
         delay = robots.crawl_delay(agent)

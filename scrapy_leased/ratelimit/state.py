@@ -37,4 +37,5 @@ class RateState:
         """The factor on the lane's interval now (1: none), as lib_rate.lua's ``slowdown``."""
         if self.factor <= 1:
             return 1.0
-        return max(1.0, self.factor * 0.5 ** ((now_ms - self.factor_at) / half_life_ms))
+        decayed: float = self.factor * 0.5 ** ((now_ms - self.factor_at) / half_life_ms)
+        return max(1.0, decayed)

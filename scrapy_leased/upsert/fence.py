@@ -76,7 +76,7 @@ class FenceRegistry:
         entry[2] -= 1
         if entry[2] <= 0:
             del self._entries[id(item)]
-        return entry[1]
+        return int(entry[1])
 
     def _on_item_done(self, item: Any, **kwargs: Any) -> None:
         entry = self._entries.get(id(item))

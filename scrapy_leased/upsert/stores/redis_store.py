@@ -18,9 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import ClusterDownError
+from redis.exceptions import ClusterDownError, OutOfMemoryError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...connection import CONNECT_TIMEOUT_SECONDS, connect, redact
