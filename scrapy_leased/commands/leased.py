@@ -17,7 +17,9 @@ Synchronous code, not on a reactor: each subcommand is one ``asyncio.run`` over
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 import time
 from collections import deque
@@ -253,7 +255,12 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
         return 0
     trend = WATCH_TREND_SECONDS if opts.sample is None else opts.sample
     history: deque[Snapshot] = deque()
-    while True:
+    # Ctrl-C ends the watch once the redraw in progress is done: handled here rather
+    # than by cancelling the task (asyncio.run's way), which a Redis call in flight can
+    # lose, leaving the command running after Ctrl-C.
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+    while not stop.is_set():
         started = time.monotonic()
         try:
             cur = await admin.snapshot()
@@ -269,7 +276,10 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
             if not opts.json:
                 sys.stdout.write(CLEAR)
             _print_status(cur, prev, warnings, opts.json, where, budgets)
-        await asyncio.sleep(max(0.0, opts.interval - (time.monotonic() - started)))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(),
+                                   max(0.0, opts.interval - (time.monotonic() - started)))
+    return 0
 
 
 def _warnings(cur: Snapshot, prev: Snapshot | None, default_cap: int) -> list[Diagnosis]:
