@@ -27,6 +27,7 @@ claim ends once its download step is done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -182,6 +183,10 @@ class LeasedScheduler(BaseScheduler):
                              max(worker_ttl_ms, 3 * int(self.config.renew_interval * 1000)),
                              worker_ttl_ms)
         self.seeds = await self.run.join() == SEED
+        # in the registry with its host and pid before its first claim (status, reset);
+        # if Redis fails now, the first heartbeat records them
+        with contextlib.suppress(RedisError, OSError):
+            await self.frontier.renew(self.worker_id, [], self._worker_info())
         sig = self.crawler.signals
         sig.connect(self._on_spider_error, signals.spider_error)
         sig.connect(self._on_item_error, signals.item_error)

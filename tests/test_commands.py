@@ -301,6 +301,20 @@ def test_diagnoses():
 # --------------------------------------------------------------------------- dead letters
 
 
+def test_a_worker_is_gone_by_what_it_recorded_not_by_its_id():
+    """reset's check: a worker whose recorded process (host, pid in worker_info) no
+    longer exists is gone; without a record nothing is read from its id."""
+    import socket
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    wid = f"{host}:{dead.pid}:ab"
+    assert WorkerState(wid, 0, 0.0, True, host=host, pid=dead.pid).process_gone()
+    assert not WorkerState(wid, 0, 0.0, True).process_gone()
+    assert not WorkerState(wid, 0, 0.0, True, host=host, pid=os.getpid()).process_gone()
+
+
 def test_dead_letters_list_requeue_purge(redis_server, make_site, start_worker, crawl_id):
     site = make_site(pages=1)  # /p/0 links nowhere
     url = redis_server.url

@@ -25,13 +25,12 @@ class WorkerState:
 
     def process_gone(self) -> bool:
         """True when the worker ran on this machine and its process no longer exists
-        (killed: its registry entry stays until the worker TTL passes)."""
-        host, _, rest = self.id.partition(":")
-        pid = self.pid or (int(rest.split(":")[0]) if rest.split(":")[0].isdigit() else None)
-        if pid is None or (self.host or host) != socket.gethostname():
+        (killed: its registry entry stays until the worker TTL passes). Host and pid are
+        what the worker recorded (worker_info, from its open on); unknown: False."""
+        if self.pid is None or self.host != socket.gethostname():
             return False
         try:
-            os.kill(pid, 0)
+            os.kill(self.pid, 0)
         except ProcessLookupError:
             return True
         except PermissionError:
