@@ -9,14 +9,14 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
+
 if TYPE_CHECKING:
     from .addon import Addon
     from .dupefilter import LeasedDupeFilter
     from .meta import claim_token
     from .middleware import LeasedFailureMiddleware
     from .scheduler import LeasedScheduler
-
-__version__ = "0.1.0"
 
 _EXPORTS = {
     "Addon": "addon",
@@ -26,7 +26,7 @@ _EXPORTS = {
     "claim_token": "meta",
 }
 __all__ = ["Addon", "LeasedDupeFilter", "LeasedFailureMiddleware", "LeasedScheduler",
-           "claim_token"]
+           "claim_token", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
