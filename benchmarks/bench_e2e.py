@@ -53,7 +53,7 @@ from bench_site import BenchSite  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 PROJECT = REPO_ROOT / "benchmarks" / "project"
-LUA_DIR = REPO_ROOT / "scrapy_leased" / "lua"
+LUA_DIR = REPO_ROOT / "scrapy_leased" / "frontier" / "lua"
 SCRIPT_CALLERS = {"evalsha", "eval", "evalsha_ro", "eval_ro", "script", "fcall", "fcall_ro"}
 _CALL_RE = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'")
 

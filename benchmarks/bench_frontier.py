@@ -4,7 +4,7 @@
 
 No HTTP and no Scrapy: many simulated workers, spread over ``--procs`` processes, do
 to Redis exactly what a scrapy_leased worker does, with ``scrapy_leased.frontier.
-Frontier`` and ``scrapy_leased.writer.CommitWriter`` (the classes the scheduler uses):
+Frontier`` and ``scrapy_leased.frontier.writer.CommitWriter`` (the classes the scheduler uses):
 
 * a claim loop as ``LeasedScheduler._claim_loop``: claim ``CONCURRENT_REQUESTS`` (16)
   minus the claims it holds, from the lanes the last claim reported ready; wait for a
@@ -77,7 +77,7 @@ SWEEP_S = 2.0
 IDLE_POLL_S = 0.2
 LEASE_MS = 30_000
 TRIVIAL = "return 1"
-LUA_DIR = REPO_ROOT / "scrapy_leased" / "lua"
+LUA_DIR = REPO_ROOT / "scrapy_leased" / "frontier" / "lua"
 _CALL_RE = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'")
 
 
@@ -90,7 +90,7 @@ def payload(url: str, referer: str) -> str:
 
 
 def new_request(url: str, referer: str, lane: str) -> Any:
-    from scrapy_leased.fingerprints import split_fingerprint
+    from scrapy_leased.frontier.fingerprints import split_fingerprint
     from scrapy_leased.frontier import NewRequest
 
     bucket, member = split_fingerprint(hashlib.sha1(url.encode()).digest(), SEEN_BITS)
@@ -135,8 +135,8 @@ class SimWorker:
                  hosts: int, pool: list[Any], rng: random.Random) -> None:
         from scrapy_leased.connection import make_client
         from scrapy_leased.frontier import Frontier
-        from scrapy_leased.keys import CrawlKeys
-        from scrapy_leased.writer import CommitWriter
+        from scrapy_leased.frontier.keys import CrawlKeys
+        from scrapy_leased.frontier.writer import CommitWriter
 
         self.frontier = Frontier(make_client(url), CrawlKeys(CRAWL_ID), lease_ms=LEASE_MS,
                                  max_attempts=4)
@@ -287,13 +287,13 @@ async def child(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def script_commands() -> dict[str, set[str]]:
     """Command name -> the scripts (with their lib_*.lua) that call it."""
-    from scrapy_leased.scripts import _LIBS
+    from scrapy_leased.frontier.scripts import LIBS
 
     used: dict[str, set[str]] = {}
     for path in LUA_DIR.glob("*.lua"):
         if path.stem.startswith("lib_"):
             continue
-        files = [path] + [LUA_DIR / f"{lib}.lua" for lib in _LIBS.get(path.stem, ())]
+        files = [path] + [LUA_DIR / f"{lib}.lua" for lib in LIBS.get(path.stem, ())]
         for f in files:
             for m in _CALL_RE.findall(f.read_text(encoding="utf-8")):
                 used.setdefault(m.lower(), set()).add(path.stem)
@@ -322,7 +322,7 @@ def system_busy() -> float:
 def seed(url: str, n: int, hosts: int) -> None:
     from scrapy_leased.connection import make_client
     from scrapy_leased.frontier import Frontier
-    from scrapy_leased.keys import CrawlKeys
+    from scrapy_leased.frontier.keys import CrawlKeys
 
     async def go() -> None:
         f = Frontier(make_client(url), CrawlKeys(CRAWL_ID), lease_ms=LEASE_MS, max_attempts=4)
@@ -341,7 +341,7 @@ def run_fleet(srv: Any, procs: int, workers: int, latency: tuple[float, float], 
               seeds: int, window: float, warmup: float = 3.0, mode: str = "frontier",
               slowlog: bool = False) -> dict[str, Any]:
     """One fleet of ``workers`` simulated workers in ``procs`` processes; one window."""
-    from scrapy_leased.keys import CrawlKeys
+    from scrapy_leased.frontier.keys import CrawlKeys
 
     r = srv.client()
     r.flushall()
@@ -469,7 +469,7 @@ def script_costs(srv: Any, calls: int = 2000, log: Any = print) -> list[dict[str
     the trivial script as the cost of a round trip: input for making the scripts cheaper."""
     from scrapy_leased.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
-    from scrapy_leased.keys import CrawlKeys
+    from scrapy_leased.frontier.keys import CrawlKeys
 
     hosts = 32
     r = srv.client()
@@ -606,7 +606,7 @@ def where_it_spends(res: dict[str, Any], shas: dict[str, str]) -> dict[str, Any]
 
 
 def script_shas() -> dict[str, str]:
-    from scrapy_leased.scripts import script_source
+    from scrapy_leased.frontier.scripts import script_source
 
     return {name: hashlib.sha1(script_source(name).encode()).hexdigest()
             for name in ("claim", "commit", "renew", "expired", "recover")}

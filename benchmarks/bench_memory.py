@@ -41,9 +41,9 @@ import scrapy  # noqa: E402
 
 from scrapy_leased.codec import encode_request  # noqa: E402
 from scrapy_leased.connection import make_client  # noqa: E402
-from scrapy_leased.fingerprints import split_fingerprint  # noqa: E402
+from scrapy_leased.frontier.fingerprints import split_fingerprint  # noqa: E402
 from scrapy_leased.frontier import Frontier, NewRequest  # noqa: E402
-from scrapy_leased.keys import CrawlKeys  # noqa: E402
+from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
 from seen_memory import (  # noqa: E402
     BATCH, bucket_report, fill_baseline, fill_leased_commit, fingerprints, used_memory,
 )

@@ -191,7 +191,7 @@ async def run_scheduler(which: str, n: int, redis_url: str | None, concurrency: 
 async def run_leased_ops(n: int, redis_url: str, concurrency: int) -> dict:
     """claim alone and ack alone, with the calls LeasedScheduler makes."""
     from scrapy_leased.codec import decode_request
-    from scrapy_leased.scheduler import META_CLAIM
+    from scrapy_leased.meta import META_CLAIM
 
     crawler, spider, slot, sched = await open_scheduler("leased", redis_url, concurrency)
     # stop the scheduler's own background loops (as its close() does): this run calls

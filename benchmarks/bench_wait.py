@@ -48,7 +48,7 @@ async def _call_latency(url: str, calls: int) -> tuple[float, float]:
     """(median, p99) seconds of one Frontier.commit of one new request."""
     from scrapy_leased.connection import connect
     from scrapy_leased.frontier import Frontier, NewRequest
-    from scrapy_leased.keys import CrawlKeys
+    from scrapy_leased.frontier.keys import CrawlKeys
 
     client = await connect(url)
     f = Frontier(client, CrawlKeys(f"wait-{time.monotonic_ns()}"), lease_ms=30_000,

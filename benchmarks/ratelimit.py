@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import redis.asyncio as aioredis  # noqa: E402
 
 from scrapy_leased.frontier import Budget, Frontier  # noqa: E402
-from scrapy_leased.keys import CrawlKeys  # noqa: E402
+from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 HOSTS = [f"host{i}.example" for i in range(20)]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from scrapy import Spider  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
-from scrapy_leased.keys import CrawlKeys  # noqa: E402
+from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
 from scrapy_leased.upsert import UpsertPipeline  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 

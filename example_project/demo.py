@@ -48,14 +48,14 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 import redis.asyncio as aioredis  # noqa: E402
 
-from scrapy_leased.admin import FleetAdmin, Lease, Snapshot  # noqa: E402
-from scrapy_leased.budget import parse_rate  # noqa: E402
+from scrapy_leased.fleet import FleetAdmin, Lease, Snapshot  # noqa: E402
+from scrapy_leased.ratelimit.budgets import parse_rate  # noqa: E402
 from scrapy_leased.embedded import (  # noqa: E402
     ensure_embedded_redis,
     running_embedded_redis,
     stop_embedded_redis,
 )
-from scrapy_leased.keys import CrawlKeys  # noqa: E402
+from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from testsite import SiteProcess, read_log  # noqa: E402

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .codec import ItemClasses
 from .config import LeasedConfig, LeasedConfigError
 from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
-from .logstats import LeasedLogStats, logstats_interval
-from .budget import Budgets
+from .logstats import LeasedLogStats
 from .middleware import LeasedFailureMiddleware
-from .ratelimit import LeasedRateMiddleware
+from .ratelimit.middleware import LeasedRateMiddleware
 from .scheduler import LeasedScheduler
 from .seeding import LeasedStartMiddleware
-from .upsert import UpsertConfig, UpsertFenceMiddleware, UpsertPipeline
+from .upsert import UpsertFenceMiddleware, UpsertPipeline
 
 if TYPE_CHECKING:
     from scrapy.settings import Settings
@@ -56,13 +54,13 @@ def check_reactor(settings: Settings) -> None:
 
 class Addon:
     """Sets the leased scheduler, dupefilter and middlewares at "addon" priority, so a
-    project can still override each of them (the others then step aside), and
-    validates every LEASED_* setting and the reactor."""
+    project can still override each of them (the others then step aside). It checks
+    the reactor, and the settings through the settings layer (config.py), which
+    names the first bad one."""
 
     def update_settings(self, settings: Settings) -> None:
         check_reactor(settings)
-        config = LeasedConfig.from_settings(settings)  # fail fast, naming the bad setting
-        ItemClasses.from_settings(settings)  # validates LEASED_ITEM_MODULES
+        config = LeasedConfig.from_settings(settings)  # every LEASED_* setting, or one error
         if config.redis_url is not None:
             # one clear error, before the engine exists; a Redis that does not answer yet
             # (restarting, failing over) is waited for, up to LEASED_CONNECT_TIMEOUT
@@ -75,15 +73,14 @@ class Addon:
         settings.setdefault_in_component_priority_dict(
             "SPIDER_MIDDLEWARES", LeasedStartMiddleware, START_MIDDLEWARE_ORDER
         )
-        Budgets.from_settings(settings)  # validate the rate settings too
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", LeasedRateMiddleware, RATE_MIDDLEWARE_ORDER
         )
-        if logstats_interval(settings):  # validated here: a bad value stops the crawl
+        if config.logstats_interval:
             settings.setdefault_in_component_priority_dict(
                 "EXTENSIONS", LeasedLogStats, LOGSTATS_EXTENSION_ORDER
             )
-        if UpsertConfig.from_settings(settings).enabled:
+        if config.upsert.enabled:
             settings.setdefault_in_component_priority_dict(
                 "ITEM_PIPELINES", UpsertPipeline, UPSERT_PIPELINE_ORDER
             )

@@ -37,7 +37,7 @@ from scrapy import Request, Spider
 from scrapy.http.request import NO_CALLBACK
 from scrapy.settings import BaseSettings
 
-from .config import LeasedConfigError
+from .config import item_modules
 from .meta import PRIVATE_META_PREFIX
 
 TAG = "$leased"
@@ -90,16 +90,7 @@ class ItemClasses:
         modules: list[str] = []
         if settings is not None:
             modules += [m.split(".")[0] for m in settings.getlist("SPIDER_MODULES")]
-            extra = settings.get("LEASED_ITEM_MODULES") or []
-            if isinstance(extra, str):
-                extra = [m.strip() for m in extra.split(",")]
-            if not isinstance(extra, (list, tuple)) or not all(
-                    isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
-                    for m in extra):
-                raise LeasedConfigError(
-                    f"LEASED_ITEM_MODULES ({settings.get('LEASED_ITEM_MODULES')!r}) must be a "
-                    "list of module names, e.g. ['myproject.items', 'shared_items'].")
-            modules += list(extra)
+            modules += item_modules(settings)
         if spider is not None:
             modules.append(type(spider).__module__.split(".")[0])
         return cls(modules)
@@ -140,7 +131,7 @@ class ItemClasses:
             obj: Any = sys.modules.get(module) or importlib.import_module(module)
             for part in qual.split("."):
                 obj = getattr(obj, part)
-        except Exception as exc:  # noqa: BLE001 - any import or lookup failure
+        except Exception as exc:
             raise PayloadError(f"class {name!r} cannot be found: {type(exc).__name__}: {exc}") \
                 from None
         if not (isinstance(obj, type) and ItemAdapter.is_item_class(obj)):
@@ -370,7 +361,8 @@ class Codec:
         x = v.get("v")
         try:
             if tag == "dict":
-                return {self._unpack(a, classes, spider, where): self._unpack(b, classes, spider, where)
+                return {self._unpack(a, classes, spider, where):
+                        self._unpack(b, classes, spider, where)
                         for a, b in x}
             if tag == "odict":
                 return OrderedDict((self._unpack(a, classes, spider, where),
@@ -404,7 +396,7 @@ class Codec:
                 return _build_item(cls, fields)
         except PayloadError as exc:
             raise PayloadError(f"{where}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - corrupted tagged value
+        except Exception as exc:
             raise PayloadError(f"{where}: bad {tag!r} value: {type(exc).__name__}: {exc}") \
                 from None
         raise PayloadError(f"{where}: unknown tag {tag!r}")
@@ -438,9 +430,9 @@ def _build_item(cls: type, fields: dict[str, Any]) -> Any:
             object.__setattr__(item, k, v)
         return item
     if issubclass(cls, dict):
-        item = cls()
-        item.update(fields)
-        return item
+        mapping = cls()
+        mapping.update(fields)
+        return mapping
     return cls(**fields)  # scrapy.Item, pydantic
 
 

@@ -1,16 +1,30 @@
-"""All ``LEASED_*`` settings, parsed and validated once."""
+"""The settings layer: every ``LEASED_*`` setting parsed and validated here, once.
+
+``LeasedConfig.from_settings`` reads them all (its sections: ``budgets``, the rate
+settings, read by ``ratelimit.budgets.Budgets``; ``upsert``, the ``LEASED_UPSERT_*``
+settings, read by ``upsert.config.UpsertConfig``; each with the public validators
+below), so one call checks a project's settings and names the first bad one. The
+validators are public so that each section, and the commands, use the same rules.
+"""
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import BaseSettings
 from scrapy.utils.project import data_path
 
 from .connection import CONNECT_TIMEOUT_SECONDS  # how long a starting worker waits for Redis
+from .frontier import NO_BUDGET, Budget
+
+if TYPE_CHECKING:
+    from .ratelimit.budgets import Budgets
+    from .upsert.config import UpsertConfig
 
 # Defaults, with their unit in the name.
 LEASE_SECONDS = 30.0
@@ -22,17 +36,20 @@ WORKER_PRUNE_TTLS = 5  # registry entries silent for this many worker TTLs are r
 SEEN_BUCKET_BITS = 14
 SEEN_CACHE = 100_000
 RECOVER_BATCH = 500
+LOGSTATS_INTERVAL_SECONDS = 60.0  # the fleet log line's period (0: off)
 EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (scrapy.utils.project.data_path)
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
-_CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")
+CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")  # it becomes the keys' {hash tag}
 
 
 class LeasedConfigError(ValueError):
     """A ``LEASED_*`` setting has a bad value; the message names it."""
 
 
-def _number(settings: BaseSettings, name: str, default: float, *, minimum: float,
-            integer: bool = False, exclusive: bool = True) -> Any:
+def number_setting(settings: BaseSettings, name: str, default: float, *, minimum: float,
+                   integer: bool = False, exclusive: bool = True) -> Any:
+    """Setting ``name`` as a number (an int with ``integer``), above ``minimum`` (at least
+    it, without ``exclusive``); ``default`` when unset; else LeasedConfigError."""
     raw = settings.get(name)
     if raw is None or raw == "":
         return default
@@ -49,13 +66,94 @@ def _number(settings: BaseSettings, name: str, default: float, *, minimum: float
     return value
 
 
-def _bool(settings: BaseSettings, name: str, default: bool) -> bool:
+def bool_setting(settings: BaseSettings, name: str, default: bool) -> bool:
+    """Setting ``name`` as a boolean; ``default`` when unset; else LeasedConfigError."""
     try:
         return settings.getbool(name, default)
     except ValueError:
         raise LeasedConfigError(
             f"{name} ({settings.get(name)!r}) must be a boolean (True/False, 1/0)."
         ) from None
+
+
+def ms_setting(settings: BaseSettings, name: str, default_s: float,
+               allow_zero: bool = False) -> int:
+    """Setting ``name`` (seconds, above 0; at least 0 with ``allow_zero``) in ms."""
+    raw = settings.get(name)
+    try:
+        value = float(default_s if raw in (None, "") else raw)
+    except (TypeError, ValueError):
+        raise LeasedConfigError(f"{name} ({raw!r}) must be a number of seconds.") from None
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "at least" if allow_zero else "higher than"
+        raise LeasedConfigError(f"{name} ({raw!r}) must be {bound} 0.")
+    return int(value * 1000)
+
+
+def logstats_interval(settings: BaseSettings) -> float:
+    """``LEASED_LOGSTATS_INTERVAL`` in seconds (0: off); raises LeasedConfigError."""
+    raw = settings.get("LEASED_LOGSTATS_INTERVAL")
+    if raw is None or raw == "":
+        return LOGSTATS_INTERVAL_SECONDS
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not value >= 0 or value == float("inf"):  # also rejects NaN
+        raise LeasedConfigError(
+            f"LEASED_LOGSTATS_INTERVAL ({raw!r}) must be a number of seconds, at least 0 "
+            f"(0 turns the fleet log line off).")
+    return value
+
+
+def item_modules(settings: BaseSettings) -> list[str]:
+    """``LEASED_ITEM_MODULES``: module names (a list, or comma-separated); raises
+    LeasedConfigError."""
+    extra = settings.get("LEASED_ITEM_MODULES") or []
+    if isinstance(extra, str):
+        extra = [m.strip() for m in extra.split(",")]
+    if not isinstance(extra, (list, tuple)) or not all(
+            isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
+            for m in extra):
+        raise LeasedConfigError(
+            f"LEASED_ITEM_MODULES ({settings.get('LEASED_ITEM_MODULES')!r}) must be a "
+            "list of module names, e.g. ['myproject.items', 'shared_items'].")
+    return list(extra)
+
+
+_UNITS_MS = {"s": 1000, "sec": 1000, "second": 1000, "m": 60_000, "min": 60_000,
+             "minute": 60_000, "h": 3_600_000, "hour": 3_600_000}
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d*(?:\.\d+)?)\s*([a-z]+)\s*$")
+
+
+def parse_rate(value: Any, burst: Any, setting: str) -> Budget:
+    """``"120/min"`` (also ``"2/s"``, ``"1000/h"``, ``"5/10s"``) with a burst, as a Budget;
+    None, "" or 0 for no budget. A dict gives ``{"rate": ..., "burst": ...}``."""
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"rate", "burst"}
+        if unknown or "rate" not in value:
+            raise LeasedConfigError(
+                f"{setting} ({dict(value)!r}) must be a rate like '120/min' or a dict with "
+                f"'rate' and optionally 'burst'.")
+        return parse_rate(value["rate"], value.get("burst", burst), setting)
+    if value in (None, "", 0, "0"):
+        return NO_BUDGET
+    m = _RATE_RE.match(str(value).lower())
+    if not m or m.group(3).rstrip("s") not in _UNITS_MS and m.group(3) not in _UNITS_MS:
+        raise LeasedConfigError(
+            f"{setting} ({value!r}) must be a rate like '120/min', '2/s' or '1000/h'.")
+    count, per, unit = float(m.group(1)), float(m.group(2) or 1), m.group(3)
+    unit_ms = _UNITS_MS.get(unit) or _UNITS_MS[unit.rstrip("s")]
+    if count <= 0 or per <= 0:
+        raise LeasedConfigError(f"{setting} ({value!r}) must allow more than 0 requests.")
+    try:
+        b = int(burst)
+        if b < 1 or float(burst) != b:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise LeasedConfigError(
+            f"burst of {setting} ({burst!r}) must be an integer >= 1.") from None
+    return Budget(max(1, math.ceil(per * unit_ms / count)), b)  # rounded up: never over
 
 
 def check_redis_url(url: str, name: str = "LEASED_REDIS_URL") -> str:
@@ -68,6 +166,16 @@ def check_redis_url(url: str, name: str = "LEASED_REDIS_URL") -> str:
     except RedisUrlError as exc:
         raise LeasedConfigError(f"{name} ({redact(url)!r}) {exc}.") from None
     return url
+
+
+def check_crawl_id(crawl_id: Any, name: str = "LEASED_CRAWL_ID") -> str:
+    """``crawl_id`` if it can name a crawl, else LeasedConfigError naming ``name``."""
+    if not (isinstance(crawl_id, str) and CRAWL_ID_RE.match(crawl_id)):
+        raise LeasedConfigError(
+            f"{name} ({crawl_id!r}) must be a non-empty string without "
+            "spaces or braces (it becomes the keys' {hash tag})."
+        )
+    return crawl_id
 
 
 @dataclass(frozen=True)
@@ -89,26 +197,29 @@ class LeasedConfig:
     retry_errors: bool
     embedded_dir: Path
     embedded_server: str | None
-    connect_timeout: float = CONNECT_TIMEOUT_SECONDS
+    connect_timeout: float
+    logstats_interval: float
+    item_modules: tuple[str, ...]
+    budgets: Budgets  # LEASED_RATE*
+    upsert: UpsertConfig  # LEASED_UPSERT_*
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> LeasedConfig:
+        # the sections' modules import this one (its validators): imported here
+        from .ratelimit.budgets import Budgets
+        from .upsert.config import UpsertConfig
+
         url = settings.get("LEASED_REDIS_URL") or None
         if url is not None:
             if not isinstance(url, str):
                 raise LeasedConfigError(f"LEASED_REDIS_URL ({url!r}) must be a string.")
             check_redis_url(url)
         crawl_id = settings.get("LEASED_CRAWL_ID") or None
-        if crawl_id is not None and not (
-            isinstance(crawl_id, str) and _CRAWL_ID_RE.match(crawl_id)
-        ):
-            raise LeasedConfigError(
-                f"LEASED_CRAWL_ID ({crawl_id!r}) must be a non-empty string without "
-                "spaces or braces (it becomes the keys' {hash tag})."
-            )
-        lease = _number(settings, "LEASED_LEASE_SECONDS", LEASE_SECONDS, minimum=1,
+        if crawl_id is not None:
+            check_crawl_id(crawl_id)
+        lease = number_setting(settings, "LEASED_LEASE_SECONDS", LEASE_SECONDS, minimum=1,
                         exclusive=False)
-        renew = _number(settings, "LEASED_RENEW_INTERVAL", lease / 3, minimum=0)
+        renew = number_setting(settings, "LEASED_RENEW_INTERVAL", lease / 3, minimum=0)
         if renew >= lease:
             raise LeasedConfigError(
                 f"LEASED_RENEW_INTERVAL ({renew!r}) must be lower than "
@@ -126,26 +237,30 @@ class LeasedConfig:
             crawl_id=crawl_id,
             lease_seconds=lease,
             renew_interval=renew,
-            sweep_interval=_number(settings, "LEASED_SWEEP_INTERVAL",
+            sweep_interval=number_setting(settings, "LEASED_SWEEP_INTERVAL",
                                    SWEEP_INTERVAL_SECONDS, minimum=0),
-            max_attempts=_number(settings, "LEASED_MAX_ATTEMPTS", MAX_ATTEMPTS,
+            max_attempts=number_setting(settings, "LEASED_MAX_ATTEMPTS", MAX_ATTEMPTS,
                                  minimum=1, integer=True, exclusive=False),
-            idle_poll=_number(settings, "LEASED_IDLE_POLL", IDLE_POLL_SECONDS, minimum=0),
-            keep_alive=_bool(settings, "LEASED_KEEP_ALIVE", False),
-            worker_ttl=_number(settings, "LEASED_WORKER_TTL", WORKER_TTL_SECONDS, minimum=0),
+            idle_poll=number_setting(settings, "LEASED_IDLE_POLL", IDLE_POLL_SECONDS, minimum=0),
+            keep_alive=bool_setting(settings, "LEASED_KEEP_ALIVE", False),
+            worker_ttl=number_setting(settings, "LEASED_WORKER_TTL", WORKER_TTL_SECONDS, minimum=0),
             seen_bucket_bits=_seen_bits(settings),
-            seen_cache=_number(settings, "LEASED_SEEN_CACHE", SEEN_CACHE, minimum=0,
+            seen_cache=number_setting(settings, "LEASED_SEEN_CACHE", SEEN_CACHE, minimum=0,
                                integer=True, exclusive=False),
-            recover_batch=_number(settings, "LEASED_RECOVER_BATCH", RECOVER_BATCH,
+            recover_batch=number_setting(settings, "LEASED_RECOVER_BATCH", RECOVER_BATCH,
                                   minimum=1, integer=True, exclusive=False),
-            prefetch=_number(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,
+            prefetch=number_setting(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,
                              exclusive=False),
             fail_http_codes=fail_codes,
-            retry_errors=_bool(settings, "LEASED_RETRY_ERRORS", False),
+            retry_errors=bool_setting(settings, "LEASED_RETRY_ERRORS", False),
             embedded_dir=Path(data_path(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR)),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
-            connect_timeout=_number(settings, "LEASED_CONNECT_TIMEOUT", CONNECT_TIMEOUT_SECONDS,
-                                    minimum=0, exclusive=False),
+            connect_timeout=number_setting(settings, "LEASED_CONNECT_TIMEOUT",
+                                           CONNECT_TIMEOUT_SECONDS, minimum=0, exclusive=False),
+            logstats_interval=logstats_interval(settings),
+            item_modules=tuple(item_modules(settings)),
+            budgets=Budgets.from_settings(settings),
+            upsert=UpsertConfig.from_settings(settings),
         )
 
     @property
@@ -159,8 +274,8 @@ class LeasedConfig:
 
 
 def _seen_bits(settings: BaseSettings) -> int:
-    bits = _number(settings, "LEASED_SEEN_BUCKET_BITS", SEEN_BUCKET_BITS, minimum=0,
-                   integer=True, exclusive=False)
+    bits: int = number_setting(settings, "LEASED_SEEN_BUCKET_BITS", SEEN_BUCKET_BITS,
+                               minimum=0, integer=True, exclusive=False)
     if bits > 16:
         raw = settings.get("LEASED_SEEN_BUCKET_BITS")
         raise LeasedConfigError(f"LEASED_SEEN_BUCKET_BITS ({raw!r}) must be at most 16.")

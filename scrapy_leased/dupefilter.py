@@ -23,7 +23,7 @@ from scrapy.dupefilters import RFPDupeFilter
 from scrapy.utils.job import job_dir
 
 from .config import LeasedConfig
-from .fingerprints import split_fingerprint
+from .frontier.fingerprints import split_fingerprint
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

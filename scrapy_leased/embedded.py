@@ -36,9 +36,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import redis
+
+from .connection import make_client
 
 __all__ = [
     "EmbeddedRedisError",
@@ -96,7 +99,7 @@ def _packaged_binary(module: str, relpath: str, attr: str) -> str | None:
             return candidate
     try:  # the package's own idea of where its binary is
         path = getattr(importlib.import_module(module), attr, None)
-    except Exception:  # noqa: BLE001 - a broken optional package is "absent"
+    except Exception:
         return None
     return path if isinstance(path, str) and _is_executable(path) else None
 
@@ -138,7 +141,8 @@ def find_server_binary(explicit: str | None = None) -> str:
 
 
 def _wait(seconds: float) -> None:
-    """Sleep without ``time.sleep`` (the package lint forbids it)."""
+    """Block for ``seconds`` (every caller runs off the event loop: a thread, or a
+    command)."""
     threading.Event().wait(seconds)
 
 
@@ -173,8 +177,8 @@ class _DirLock:
         os.close(self._fd)  # closing releases the flock
 
 
-def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=1)
+def _client(url: str) -> Any:
+    return make_client(url, sync=True, socket_timeout=2, socket_connect_timeout=1)
 
 
 def _probe(url: str, data_dir: Path) -> str:

@@ -12,39 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy import Spider, signals
 from scrapy.exceptions import NotConfigured
 
-from .admin import FleetAdmin, Snapshot, diagnose
-from .config import LeasedConfig, LeasedConfigError
+from .config import LeasedConfig
+from .fleet import FleetAdmin, Snapshot, diagnose
+from .fleet.logline import FLEET_LINE, fleet_line_args
+from .scheduler import leased_scheduler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
-
-LOGSTATS_INTERVAL_SECONDS = 60.0
-
-
-def logstats_interval(settings: BaseSettings) -> float:
-    """``LEASED_LOGSTATS_INTERVAL`` in seconds (0: off); raises LeasedConfigError."""
-    raw = settings.get("LEASED_LOGSTATS_INTERVAL")
-    if raw is None or raw == "":
-        return LOGSTATS_INTERVAL_SECONDS
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = -1.0
-    if not value >= 0 or value == float("inf"):  # also rejects NaN
-        raise LeasedConfigError(
-            f"LEASED_LOGSTATS_INTERVAL ({raw!r}) must be a number of seconds, at least 0 "
-            f"(0 turns the fleet log line off).")
-    return value
-
 
 class LeasedLogStats:
     def __init__(self, crawler: Crawler, interval: float, worker_ttl: float) -> None:
@@ -57,11 +39,10 @@ class LeasedLogStats:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        interval = logstats_interval(crawler.settings)
-        if not interval:
-            raise NotConfigured
         config = LeasedConfig.from_settings(crawler.settings)
-        o = cls(crawler, interval, config.worker_ttl)
+        if not config.logstats_interval:
+            raise NotConfigured
+        o = cls(crawler, config.logstats_interval, config.worker_ttl)
         crawler.signals.connect(o.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(o.spider_closed, signal=signals.spider_closed)
         return o
@@ -74,17 +55,15 @@ class LeasedLogStats:
             self._task.cancel()
             self._task = None
 
-    def _scheduler(self) -> Any:
-        engine = self.crawler.engine
-        # engine.scheduler is public from Scrapy 2.19; the engine slot holds it before
-        return getattr(engine, "scheduler", None) or getattr(
-            getattr(engine, "_slot", None), "scheduler", None)
+    def _closing(self) -> bool:
+        scheduler = leased_scheduler(self.crawler)
+        return scheduler is not None and scheduler.closing
 
     def _admin(self) -> FleetAdmin | None:
-        scheduler = self._scheduler()
-        frontier = getattr(scheduler, "frontier", None)
-        if frontier is None or getattr(scheduler, "_closing", False):
+        scheduler = leased_scheduler(self.crawler)
+        if scheduler is None or scheduler.frontier is None or scheduler.closing:
             return None  # not the leased scheduler, not open yet, or closing its client
+        frontier = scheduler.frontier
         return FleetAdmin(frontier.client, frontier.keys, worker_ttl_ms=self.worker_ttl_ms)
 
     async def _loop(self, spider: Spider) -> None:
@@ -92,7 +71,7 @@ class LeasedLogStats:
         while True:
             await asyncio.sleep(self.interval)
             admin = admin or self._admin()
-            if admin is None or getattr(self._scheduler(), "_closing", False):
+            if admin is None or self._closing():
                 continue  # the scheduler closes its Redis client: no more lines
             try:
                 snap = await admin.snapshot(memory=False)
@@ -102,14 +81,7 @@ class LeasedLogStats:
             self.log(snap, spider)
 
     def log(self, snap: Snapshot, spider: Spider | None = None) -> None:
-        logger.info(
-            "Fleet %(crawl)s: %(rate)s pages/min, todo %(todo)s, in flight %(processing)s, "
-            "done %(done)s, dead %(dead)s, workers %(workers)d",
-            {"crawl": snap.crawl, "rate": f"{snap.pages_per_min:,.0f}",
-             "todo": f"{snap.todo:,}", "processing": f"{snap.processing:,}",
-             "done": f"{snap.done:,}", "dead": f"{snap.dead:,}",
-             "workers": snap.workers_alive},
-            extra={"spider": spider})
+        logger.info(FLEET_LINE, fleet_line_args(snap), extra={"spider": spider})
         for d in diagnose(snap, self._prev, self.default_capacity):
             logger.warning("Fleet %(crawl)s: %(message)s",
                            {"crawl": snap.crawl, "message": d.message}, extra={"spider": spider})

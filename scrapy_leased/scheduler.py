@@ -27,14 +27,13 @@ claim ends once its download step is done.
 from __future__ import annotations
 
 import asyncio
-import heapq
+import contextlib
 import json
 import logging
-import time
 import os
 import secrets
 import socket
-from collections import deque
+import time
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -46,18 +45,20 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.python.failure import Failure as TwistedFailure
 
 from . import signals as leased_signals
+from ._claimbook import Claim, ClaimBook
+from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
+from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError
 from .config import LeasedConfig
-from .connection import LeasedRedisError, connect, redact
+from .connection import LeasedRedisError, redact
 from .dupefilter import LeasedDupeFilter
-from .budget import Budgets
-from .frontier import Budget, ClaimResult, CommitResult, Failure, Frontier, NewRequest
-from .keys import CrawlKeys
+from .frontier import Budget, ClaimResult, CommitResult, CrawlKeys, Failure, Frontier, NewRequest
+from .frontier.run import SEED, SEEDED, RunMarker
+from .frontier.writer import Batch, CommitWriter
+from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token
 from .middleware import describe
-from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE
 from .order import QueueOrder
-from .run import SEED, SEEDED, RunMarker
-from .writer import Batch, CommitWriter
+from .ratelimit.budgets import Budgets
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -71,12 +72,7 @@ RETRY_CAP_SECONDS = 2.0
 #: start requests ahead of what is written to Redis.
 START_BUFFER = 1000
 
-__all__ = ["META_CLAIM", "LeasedScheduler", "claim_token", "leased_scheduler"]
-
-
-def claim_token(request: Request) -> int | None:
-    """The claim token (a crawl-wide, only-growing fencing token) of a request."""
-    return request.meta.get(META_CLAIM)
+__all__ = ["LeasedScheduler", "leased_scheduler"]
 
 
 def leased_scheduler(crawler: Crawler) -> LeasedScheduler | None:
@@ -89,21 +85,6 @@ def leased_scheduler(crawler: Crawler) -> LeasedScheduler | None:
         scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)
     # not isinstance(): BaseScheduler's metaclass takes any scheduler-like object for one
     return scheduler if LeasedScheduler in type(scheduler).__mro__ else None
-
-
-class _Claim:
-    __slots__ = ("token", "rid", "lane", "outstanding", "failure", "permanent", "lost",
-                 "current")
-
-    def __init__(self, token: int, rid: int, lane: str) -> None:
-        self.token = token
-        self.rid = rid
-        self.lane = lane
-        self.outstanding = 1  # request objects of this claim not yet finished by Scrapy
-        self.failure: str | None = None
-        self.permanent = False
-        self.lost = False
-        self.current: Request | None = None  # the request of it handed to the engine
 
 
 class _FinishHook(set):  # type: ignore[type-arg]
@@ -141,21 +122,11 @@ class LeasedScheduler(BaseScheduler):
         #: Whether this worker seeds the current run of the crawl (runs start()).
         self.seeds = False
         self.spider: Spider | None = None
-        self._claims: dict[int, _Claim] = {}
-        self._ready: deque[tuple[Request, _Claim]] = deque()  # claimed, not yet started
-        self._local: deque[tuple[Request, _Claim]] = deque()  # retries, redirects
-        # Continuations that must wait (no rate budget yet): (loop time, n, request, claim)
-        self._deferred: list[tuple[float, int, Request, _Claim]] = []
-        self._deferred_n = 0
+        self.book = ClaimBook()
+        self.keeper: LeaseKeeper | None = None
         self._lanes: list[str] = []  # lanes the last claim reported ready
-        # Requests whose lease expired before (their worker died holding them) run
-        # alone, so a request that crashes its worker is the only one charged for it.
-        self._suspects: deque[tuple[Request, _Claim]] = deque()
-        self._isolated: _Claim | None = None
-        self._handed: dict[Request, _Claim] = {}  # handed to the engine, not finished
         self._tasks: list[asyncio.Task[None]] = []
-        self._kick: asyncio.Event | None = None
-        self._renew_now: asyncio.Event | None = None  # set: renew at once (a new epoch)
+        self._kick: Kick | None = None
         self._nextcall: Any = None
         self._engine_slot: Any = None
         self._scraper: Any = None
@@ -171,15 +142,13 @@ class LeasedScheduler(BaseScheduler):
         self._fresh_round = 0  # the first claim round whose "drained" is to be believed
         self._round_done: asyncio.Event | None = None
         self._unconfirmed = 0  # requests given to the writer, not yet written to Redis
-        self._settling: set[int] = set()  # tokens settled, their ack or fail not written
-        self._warned: set[str] = set()
+        self._warn = WarnOnce()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = LeasedConfig.from_settings(crawler.settings)
         df_cls = load_object(crawler.settings["DUPEFILTER_CLASS"])
-        return cls(crawler, config, build_from_crawler(df_cls, crawler),
-                   Budgets.from_settings(crawler.settings))
+        return cls(crawler, config, build_from_crawler(df_cls, crawler), config.budgets)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -193,17 +162,8 @@ class LeasedScheduler(BaseScheduler):
                 "'twisted.internet.asyncioreactor.AsyncioSelectorReactor' (Scrapy's "
                 "default) or TWISTED_REACTOR_ENABLED = False")
         self.spider = spider
-        url = self.config.redis_url
-        setting = "LEASED_REDIS_URL"
-        if url is None:
-            from .embedded import ensure_embedded_redis
-
-            url = await asyncio.to_thread(ensure_embedded_redis, self.config.embedded_dir,
-                                          self.config.embedded_server)
-            setting = "embedded Redis (LEASED_REDIS_URL not set)"
-            logger.info("No LEASED_REDIS_URL: using the embedded Redis at %(url)s", {"url": url})
         try:
-            client = await connect(url, setting, self.config.connect_timeout)
+            client, url = await connect_crawl(self.config)
         except LeasedRedisError as exc:
             logger.error("%(error)s", {"error": exc})
             raise
@@ -215,6 +175,7 @@ class LeasedScheduler(BaseScheduler):
                                  caller=self.worker_id, prune_ms=self.config.prune_ms)
         self.frontier.on_epoch = self._on_epoch
         await self.frontier.check_layout(self.config.seen_bucket_bits)
+        await self.frontier.record_half_life()
         self.writer = CommitWriter(self.frontier, self._on_commit)
         self._install_engine_hooks()
         worker_ttl_ms = int(self.config.worker_ttl * 1000)
@@ -222,15 +183,24 @@ class LeasedScheduler(BaseScheduler):
                              max(worker_ttl_ms, 3 * int(self.config.renew_interval * 1000)),
                              worker_ttl_ms)
         self.seeds = await self.run.join() == SEED
+        # in the registry with its host and pid before its first claim (status, reset);
+        # if Redis fails now, the first heartbeat records them
+        with contextlib.suppress(RedisError, OSError):
+            await self.frontier.renew(self.worker_id, [], self._worker_info())
         sig = self.crawler.signals
         sig.connect(self._on_spider_error, signals.spider_error)
         sig.connect(self._on_item_error, signals.item_error)
         sig.connect(self._on_request_failed, leased_signals.request_failed)
-        self._kick = asyncio.Event()
-        self._renew_now = asyncio.Event()
+        self._kick = Kick()
         self._round_done = asyncio.Event()
+        self.keeper = LeaseKeeper(
+            self.frontier, self.run, self.book, self.stats, worker_id=self.worker_id,
+            renew_interval=self.config.renew_interval,
+            sweep_interval=self.config.sweep_interval, closing=lambda: self._closing,
+            worker_info=self._worker_info, on_lost=self._drop_unstarted,
+            on_recovered=self._kick.set, warn=self._warn)
         self._tasks = [asyncio.ensure_future(t) for t in
-                       (self._claim_loop(), self._renew_loop(), self._sweep_loop())]
+                       (self._claim_loop(), self.keeper.renew_loop(), self.keeper.sweep_loop())]
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": self.worker_id})
 
@@ -271,7 +241,7 @@ class LeasedScheduler(BaseScheduler):
                          "concerned return to the queue when their leases expire")
         # Claims still here were never started (or wait for a retry): give them back,
         # with those of a claim call whose reply was lost.
-        tokens = [(c.token, c.lane) for c in self._claims.values()]
+        tokens = self.book.unstarted()
         try:
             tokens += [(token, env.lane) for token, env in await self.frontier.resolve_claim()]
         except (RedisError, OSError):
@@ -289,11 +259,7 @@ class LeasedScheduler(BaseScheduler):
             if released:
                 logger.info("Released %(n)d unstarted requests back to the queue",
                             {"n": released})
-        self._claims.clear()
-        self._ready.clear()
-        self._local.clear()
-        self._deferred.clear()
-        self._suspects.clear()
+        self.book.clear()
         await self.frontier.client.aclose()
 
     # -- Scrapy's scheduler interface -----------------------------------------------
@@ -303,11 +269,11 @@ class LeasedScheduler(BaseScheduler):
         frontier was seen drained fleet-wide (nothing queued, no live lease anywhere)
         after everything this worker wrote. The engine sends ``spider_idle`` only when
         this is False (and nothing is being downloaded or scraped)."""
-        if self._ready or self._local or self._suspects or self._deferred:
+        if self.book.has_waiting():
             return True
         if self._closing or self.writer is None:
             return False
-        if self.config.keep_alive or self._claims or self.writer.pending:
+        if self.config.keep_alive or self.book.claims or self.writer.pending:
             return True
         return self._drained_seen_at != self.writer.generation
 
@@ -320,7 +286,7 @@ class LeasedScheduler(BaseScheduler):
             if delay:  # no rate budget for it yet: wait without holding a slot
                 self._defer(request, claim, float(delay))
             else:
-                self._local.append((request, claim))
+                self.book.local.append((request, claim))
                 self._wake_engine()
             self.stats.inc_value("scheduler/enqueued/memory")
             self.stats.inc_value("scheduler/enqueued")
@@ -357,39 +323,29 @@ class LeasedScheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
-        where = "memory"
-        if self._deferred and self._deferred[0][0] <= asyncio.get_running_loop().time():
-            _, _, request, claim = heapq.heappop(self._deferred)
-        elif self._local:
-            request, claim = self._local.popleft()
-        elif self._isolated is not None:
+        taken = self.book.take(asyncio.get_running_loop().time())
+        if taken is None:
+            if self.book.wants_more():
+                self._want_claims()
             return None
-        elif self._ready:
-            request, claim = self._ready.popleft()
-            where = "redis"
-        elif self._suspects:
-            if self._handed:
-                return None  # let the requests in flight finish first
-            request, claim = self._suspects.popleft()
-            self._isolated = claim
-            where = "redis"
-        else:
-            self._want_claims()
-            return None
-        self._handed[request] = claim
-        claim.current = request
+        request, _, where = taken
         self.stats.inc_value(f"scheduler/dequeued/{where}")
         self.stats.inc_value("scheduler/dequeued")
-        if self._kick is not None and len(self._ready) < self.concurrency // 2:
+        if self._kick is not None and len(self.book.ready) < self.concurrency // 2:
             self._kick.set()
         return request
 
     # -- for the add-on's other components ----------------------------------------
 
+    @property
+    def closing(self) -> bool:
+        """Whether ``close`` has begun (the Redis client is about to be closed)."""
+        return self._closing
+
     def is_handed(self, request: Request) -> bool:
         """Whether this request object is one this scheduler handed to the engine (a
         claim of this worker being processed)."""
-        return request in self._handed
+        return request in self.book.handed
 
     async def start_request_sent(self) -> None:
         """Called by LeasedStartMiddleware after each start request, before the next
@@ -430,7 +386,7 @@ class LeasedScheduler(BaseScheduler):
             try:
                 state = await self.run.join()
             except (RedisError, OSError) as exc:
-                self._warn_once("run", "Cannot read the run of the crawl, retrying: %s", exc)
+                self._warn("run", "Cannot read the run of the crawl, retrying: %s", exc)
                 state = None
             if state == SEEDED:
                 # what the claim loop saw before is stale: the seeder's requests are in
@@ -458,13 +414,13 @@ class LeasedScheduler(BaseScheduler):
             self._kick.set()
             await event.wait()
 
-    def _continued_claim(self, request: Request) -> _Claim | None:
+    def _continued_claim(self, request: Request) -> Claim | None:
         """The claim a request continues (a retry, a redirect: see the module's
         docstring), or None for a new request."""
         token = request.meta.get(META_CLAIM)
         if token is None:
             return None
-        claim = self._claims.get(token)
+        claim = self.book.claims.get(token)
         if claim is None or claim.current is None:
             return None
         current = claim.current
@@ -477,21 +433,13 @@ class LeasedScheduler(BaseScheduler):
     # -- completion ------------------------------------------------------------------
 
     def _on_request_finished(self, request: Request) -> None:
-        claim = self._handed.pop(request, None)
-        if claim is None:
-            return
-        if claim.current is request:
-            claim.current = None
-        claim.outstanding -= 1
-        if claim.outstanding == 0:
+        claim = self.book.finished(request)
+        if claim is not None:
             self._settle(claim)
 
-    def _settle(self, claim: _Claim) -> None:
+    def _settle(self, claim: Claim) -> None:
         assert self.writer is not None
-        self._claims.pop(claim.token, None)
-        self._settling.add(claim.token)  # renewed until its ack or fail is written
-        if claim is self._isolated:
-            self._isolated = None
+        if self.book.settle(claim):  # the suspect that ran alone: the others may start
             self._wake_engine()
         if claim.failure is None:
             self.writer.add_ack(claim.token, claim.rid)
@@ -502,12 +450,8 @@ class LeasedScheduler(BaseScheduler):
             self._kick.set()
 
     def _mark_failed(self, request: Request | None, reason: str, permanent: bool = False) -> None:
-        if request is None:
-            return
-        claim = self._claims.get(request.meta.get(META_CLAIM))  # type: ignore[arg-type]
-        if claim is not None and claim.failure is None:
-            claim.failure = reason
-            claim.permanent = permanent
+        if request is not None:
+            self.book.mark_failed(claim_token(request), reason, permanent)
 
     def _on_request_failed(self, request: Request, reason: str, permanent: bool = False) -> None:
         self._mark_failed(request, reason, permanent)
@@ -515,7 +459,7 @@ class LeasedScheduler(BaseScheduler):
     def _on_spider_error(self, failure: TwistedFailure, response: Any, spider: Spider) -> None:
         # Scrapy processes such a request once: parked in the dead letters, unless
         # LEASED_RETRY_ERRORS requeues it (its items until the error come again then)
-        self._mark_failed(_request_of(response), f"callback error: {describe(failure.value)}",
+        self._mark_failed(_request_of(response), f"callback error: {_error(failure)}",
                           permanent=not self.config.retry_errors)
 
     def _on_item_error(self, item: Any, response: Any, spider: Spider,
@@ -524,7 +468,7 @@ class LeasedScheduler(BaseScheduler):
 
         # UpsertPipeline's store being down is transient: always retried
         transient = isinstance(failure.value, StoreError)
-        self._mark_failed(_request_of(response), f"item pipeline error: {describe(failure.value)}",
+        self._mark_failed(_request_of(response), f"item pipeline error: {_error(failure)}",
                           permanent=not (transient or self.config.retry_errors))
 
     def _on_commit(self, batch: Batch, result: CommitResult) -> None:
@@ -532,8 +476,7 @@ class LeasedScheduler(BaseScheduler):
             self._starved = False  # this worker just queued work: claim it at once
             self._kick.set()
         self._unconfirmed -= len(batch.enqueue)
-        self._settling.difference_update(token for token, _ in batch.acks)
-        self._settling.difference_update(f.token for f in batch.fails)
+        self.book.written([token for token, _ in batch.acks] + [f.token for f in batch.fails])
         stats = self.stats
         known = self.df.known if isinstance(self.df, LeasedDupeFilter) else None
         for new, tag, queued in zip(batch.enqueue, batch.tags, result.queued):
@@ -550,8 +493,7 @@ class LeasedScheduler(BaseScheduler):
                                                     spider=self.spider)
         for flags in result.acks:
             stats.inc_value("leased/acked" if flags & 1 else "leased/acked_stale")
-            if not flags & 1 and "stale" not in self._warned:
-                self._warned.add("stale")
+            if not flags & 1 and self._warn.once("stale"):
                 logger.warning("Acked a request after its lease was lost (this worker was "
                                "too slow or paused, or Redis went back in time); it may have "
                                "been processed twice (counted in leased/acked_stale, logged "
@@ -564,11 +506,9 @@ class LeasedScheduler(BaseScheduler):
     def _capacity(self) -> int:
         if self._engine_slot is not None and self._engine_slot.closing is not None:
             return 0  # the engine is shutting down: claim nothing new
-        if self._suspects or self._isolated is not None:
+        if self.book.suspects or self.book.isolated is not None:
             return 0  # a suspect runs alone: claim nothing until it is settled
-        busy = (len(self._handed) + len(self._ready) + len(self._local) + len(self._suspects)
-                + len(self._deferred))
-        return self.concurrency + self.config.prefetch - busy
+        return self.concurrency + self.config.prefetch - self.book.busy()
 
     def _want_claims(self) -> None:
         if self._kick is not None and not self._starved and self._capacity() > 0:
@@ -587,7 +527,7 @@ class LeasedScheduler(BaseScheduler):
     async def _claim_loop(self) -> None:
         assert self.frontier is not None and self.writer is not None and self._kick
         delay = 0.05
-        while _running(self):
+        while running(lambda: self._closing):
             self._rounds_started += 1
             round_ = self._rounds_started
             want = self._capacity()
@@ -602,12 +542,12 @@ class LeasedScheduler(BaseScheduler):
                                                            self._candidates())
                 except (RedisError, OSError) as exc:
                     self._round_finished()
-                    self._warn_once("claim", "Cannot claim from Redis, retrying: %s", exc)
+                    self._warn("claim", "Cannot claim from Redis, retrying: %s", exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_CAP_SECONDS)
                     continue
                 delay = 0.05
-                self._warned.discard("claim")
+                self._warn.clear("claim")
                 self._lanes = result.ready_lanes
                 self._absorb(result)
                 self._starved = not result.claims
@@ -624,118 +564,46 @@ class LeasedScheduler(BaseScheduler):
                 elif result.next_ms > result.now_ms:  # a lane's budget lets a claim through then
                     wait = min(wait, (result.next_ms - result.now_ms) / 1000)
             self._round_finished()
-            if self._deferred:  # its lane is skipped until it is out: claim again then
-                wait = min(wait, max(0.001, self._deferred[0][0] - asyncio.get_running_loop().time()))
+            due = self.book.next_due()
+            if due is not None:  # its lane is skipped until it is out: claim again then
+                wait = min(wait, max(0.001, due - asyncio.get_running_loop().time()))
             self._kick.clear()
-            await self._until_kicked(wait)
-
-    async def _until_kicked(self, timeout: float) -> None:
-        """Wait for a kick, at most ``timeout`` seconds. Not ``asyncio.wait_for``: before
-        Python 3.12 it can swallow a cancellation that arrives in the loop turn the
-        kick is set, and the cancelled loop would then run on."""
-        assert self._kick is not None
-        timer = asyncio.get_running_loop().call_later(timeout, self._kick.set)
-        try:
-            await self._kick.wait()
-        finally:
-            timer.cancel()
+            await self._kick.wait(wait)
 
     def _absorb(self, result: ClaimResult) -> None:
         assert self.spider is not None and self.writer is not None
         claimed_at = time.monotonic()
         for token, env in result.claims:
-            claim = _Claim(token, env.rid, env.lane)
+            claim = Claim(token, env.rid, env.lane)
             try:
                 request = self.codec.decode(env.payload, self.spider, env.priority)
             except PayloadError as exc:
                 self.stats.inc_value("leased/undecodable")
                 logger.error("Dead-lettering stored request %(rid)d: %(error)s",
                              {"rid": env.rid, "error": exc})
-                self._settling.add(token)
+                self.book.settling.add(token)
                 self.writer.add_fail(Failure(token, str(exc), permanent=True, lane=env.lane,
                                              rid=env.rid))
                 continue
             request.meta[META_CLAIM] = token
             if env.lane in result.free_lanes:
                 request.meta[META_FREE_SINCE] = claimed_at
-            self._claims[token] = claim
+            self.book.add(request, claim, suspect=bool(env.expiries))
             self.stats.inc_value("leased/claimed")
             if env.attempts:
                 self.stats.inc_value("leased/claimed_retry")
-            if env.expiries:
-                self._suspects.append((request, claim))
-            else:
-                self._ready.append((request, claim))
 
     def _candidates(self) -> list[tuple[str, Budget]]:
         """Lanes to claim from: those last reported ready, except lanes this worker
         already holds waiting requests for (their budget is spoken for)."""
-        waiting = {claim.lane for _, _, _, claim in self._deferred}
+        waiting = self.book.waiting_lanes()
         return [(lane, self.budgets.for_lane(lane)) for lane in self._lanes
                 if lane not in waiting]
 
-    def _defer(self, request: Request, claim: _Claim, delay: float) -> None:
+    def _defer(self, request: Request, claim: Claim, delay: float) -> None:
         loop = asyncio.get_running_loop()
-        self._deferred_n += 1
-        heapq.heappush(self._deferred, (loop.time() + delay, self._deferred_n, request, claim))
+        self.book.defer(request, claim, loop.time() + delay)
         loop.call_later(delay, self._wake_engine)
-
-    # -- heartbeat and recovery ------------------------------------------------------
-
-    async def _renew_loop(self) -> None:
-        assert self.frontier is not None and self._renew_now is not None
-        assert self.run is not None
-        while _running(self):
-            # not asyncio.wait_for (see _until_kicked)
-            timer = asyncio.get_running_loop().call_later(self.config.renew_interval,
-                                                          self._renew_now.set)
-            try:
-                await self._renew_now.wait()
-            finally:
-                timer.cancel()
-            self._renew_now.clear()
-            try:
-                # claims in progress, and those settled whose ack (or fail) is not
-                # written yet (Redis refusing writes): their leases must outlive the wait
-                lost = await self.frontier.renew(self.worker_id,
-                                                 [*self._claims, *self._settling],
-                                                 self._worker_info())
-                await self.run.refresh()
-            except (RedisError, OSError) as exc:
-                self._warn_once("renew", "Cannot renew leases in Redis, retrying: %s", exc)
-                continue
-            self._warned.discard("renew")
-            self.stats.inc_value("leased/renewals")
-            self._drop_unstarted(set(lost))
-            for token in lost:
-                claim = self._claims.get(token)
-                if claim is not None and not claim.lost:
-                    claim.lost = True
-                    self.stats.inc_value("leased/lease_lost")
-                    logger.warning("Lost the lease of claim %(token)d (this worker was too slow "
-                                   "or paused, or Redis went back in time); another worker may "
-                                   "process it again",
-                                   {"token": token})
-
-    async def _sweep_loop(self) -> None:
-        assert self.frontier is not None
-        while _running(self):
-            try:
-                requeued, dead, left = await self.frontier.recover()
-            except (RedisError, OSError) as exc:
-                self._warn_once("sweep", "Cannot recover expired leases, retrying: %s", exc)
-                await asyncio.sleep(self.config.sweep_interval)
-                continue
-            self._warned.discard("sweep")
-            if requeued or dead:
-                self.stats.inc_value("leased/recovered", requeued)
-                self.stats.inc_value("leased/recovered_dead", dead)
-                logger.info("Recovered %(n)d expired leases (%(dead)d to dead letters)",
-                            {"n": requeued + dead, "dead": dead})
-                if self._kick is not None:
-                    self._kick.set()
-            if not left:
-                await asyncio.sleep(self.config.sweep_interval)
 
     # -- Redis restarted, failed over or went back in time (lua/lib_guard.lua) ----------
 
@@ -747,8 +615,8 @@ class LeasedScheduler(BaseScheduler):
         self.stats.inc_value("leased/epoch_changes")
         if isinstance(self.df, LeasedDupeFilter):
             self.df.known.clear()
-        if self._renew_now is not None:
-            self._renew_now.set()
+        if self.keeper is not None:
+            self.keeper.renew_now.set()
         logger.warning("Redis restarted, failed over or went back in time (epoch %(old)d -> "
                        "%(new)d): forgetting the seen URLs this worker remembered and the "
                        "claims Redis no longer has", {"old": old, "new": new})
@@ -758,38 +626,18 @@ class LeasedScheduler(BaseScheduler):
         another worker processes them (recovered), or Redis forgot them (rollback)."""
         if not lost:
             return
-        for queue in (self._ready, self._suspects):
-            keep = [(r, c) for r, c in queue if c.token not in lost]
-            for _, claim in queue:
-                if claim.token in lost:
-                    self._claims.pop(claim.token, None)
-                    self.stats.inc_value("leased/dropped_lost")
-            queue.clear()
-            queue.extend(keep)
+        dropped = self.book.drop_unstarted(lost)
+        if dropped:
+            self.stats.inc_value("leased/dropped_lost", dropped)
         if self._kick is not None:
             self._kick.set()
 
     def _worker_info(self) -> str:
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                           "started": self._started, "inflight": len(self._claims),
+                           "started": self._started, "inflight": len(self.book.claims),
                            "acked": self.stats.get_value("leased/acked", 0),
                            "capacity": self.concurrency + self.config.prefetch})
 
-    def _warn_once(self, kind: str, msg: str, exc: BaseException) -> None:
-        if kind not in self._warned:
-            self._warned.add(kind)
-            logger.warning(msg, exc)
-
-
-def _running(scheduler: LeasedScheduler) -> bool:
-    """Whether a background loop should go on: not closing, and its task not being
-    cancelled (a cancellation can be swallowed by a Redis call in flight; Python 3.11+
-    tells, and the loop then ends at its next turn)."""
-    if scheduler._closing:
-        return False
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    return not (cancelling is not None and cancelling())
 
 
 def _asyncio_loop_in_use() -> bool:
@@ -806,3 +654,7 @@ def _request_of(response: Any) -> Request | None:
     if isinstance(response, Response):
         return response.request
     return getattr(response, "request", None)  # a Failure from a download error
+
+
+def _error(failure: TwistedFailure) -> str:
+    return describe(failure.value) if failure.value is not None else repr(failure)

@@ -42,10 +42,9 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import NoBackoff
-from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError
+from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.exceptions import TryAgainError
 from redis.retry import Retry as SyncRetry
 from redis.sentinel import MasterNotFoundError
 
@@ -229,7 +228,7 @@ def _build(target: RedisTarget, options: dict[str, Any], sync: bool) -> Any:
     if target.kind == "server":
         return (redis.Redis if sync else aioredis.Redis).from_url(target.url, **options)
     options = {**options, **target.options}
-    auth = {"username": target.username, "password": target.password}
+    auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "sentinel":
         # Each sentinel is asked once per discovery (the next one is asked on failure;
         # the master's connection retries the discovery as a whole).
@@ -238,14 +237,15 @@ def _build(target: RedisTarget, options: dict[str, Any], sync: bool) -> Any:
                                password=target.sentinel_password,
                                retry=(SyncRetry if sync else Retry)(NoBackoff(), 0))
         sentinel_cls = SentinelGroup if sync else AsyncSentinelGroup
-        sentinel = sentinel_cls(list(target.hosts), sentinel_kwargs=sentinel_kwargs)
+        sentinel: Any = sentinel_cls(list(target.hosts), sentinel_kwargs=sentinel_kwargs)
         return sentinel.master_for(target.master_name,
                                    redis_class=SentinelMaster if sync else AsyncSentinelMaster,
                                    db=target.db, **auth, **options)
     if sync:
         from redis.cluster import ClusterNode, RedisCluster
 
-        return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in target.hosts],
+        node: Any = ClusterNode  # (untyped)
+        return RedisCluster(startup_nodes=[node(h, p) for h, p in target.hosts],
                             **auth, **options)
     return LeasedRedisCluster(startup_nodes=[AsyncClusterNode(h, p) for h, p in target.hosts],
                               **auth, **options)
@@ -254,8 +254,11 @@ def _build(target: RedisTarget, options: dict[str, Any], sync: bool) -> Any:
 async def server_info(client: Any, section: str, key: str) -> dict[str, Any]:
     """INFO ``section`` of the server holding ``key`` (on a cluster: its slot's master)."""
     if isinstance(client, AsyncRedisCluster):
-        return await client.info(section, target_nodes=client.get_node_from_key(key))
-    return await client.info(section)
+        info: dict[str, Any] = await client.info(section,
+                                                 target_nodes=client.get_node_from_key(key))
+    else:
+        info = await client.info(section)
+    return info
 
 
 async def scan_batches(client: Any, match: str, count: int = 1000) -> AsyncIterator[list[Any]]:
@@ -266,8 +269,9 @@ async def scan_batches(client: Any, match: str, count: int = 1000) -> AsyncItera
         for node in client.get_primaries():
             cursor = 0
             while True:
-                cursors, keys = await client.scan(cursor, match=match, count=count,
-                                                  target_nodes=node)
+                reply: Any = await client.scan(cursor, match=match, count=count,
+                                               target_nodes=node)
+                cursors, keys = reply
                 yield keys
                 cursor = cursors[node.name]
                 if not cursor:
@@ -292,7 +296,7 @@ def _master_not_found(name: str, errors: list[str]) -> MasterNotFoundError:
     return MasterNotFoundError(f"No master found for {name!r}{why}")
 
 
-def _found(manager: Any, name: str, i: int, masters: dict[str, Any]) -> tuple[Any, Any] | None:
+def _found(manager: Any, name: str, i: int, masters: Any) -> tuple[Any, Any] | None:
     """The master's address if sentinel ``i`` names it in good state (that sentinel is
     then asked first next time), as redis-py's discover_master does."""
     state = masters.get(name)
@@ -302,37 +306,71 @@ def _found(manager: Any, name: str, i: int, masters: dict[str, Any]) -> tuple[An
     return state["ip"], state["port"]
 
 
+_SENTINEL_DOWN = (RedisConnectionError, RedisTimeoutError)
+
+
+class _Discovery:
+    """One discovery of a master: the sentinels are asked in turn (``next``, then
+    ``answer`` with its SENTINEL MASTERS reply or the connection error it raised) until
+    one names the master in good state; ``result`` is its address, or the error naming
+    each sentinel by its address and its error in a line."""
+
+    def __init__(self, manager: Any, name: str) -> None:
+        self.manager = manager
+        self.name = name
+        self.i = -1
+        self.errors: list[str] = []
+        self.found: tuple[Any, Any] | None = None
+
+    def next(self) -> Any:
+        """The next sentinel to ask; None when done."""
+        if self.found is not None or self.i + 1 >= len(self.manager.sentinels):
+            return None
+        self.i += 1
+        return self.manager.sentinels[self.i]
+
+    def answer(self, reply: Any) -> None:
+        if isinstance(reply, _SENTINEL_DOWN):
+            sentinel = self.manager.sentinels[self.i]
+            self.errors.append(f"{_where(sentinel)} {type(reply).__name__}: {reply}")
+        else:
+            self.found = _found(self.manager, self.name, self.i, reply)
+
+    def result(self) -> tuple[Any, Any]:
+        if self.found is None:
+            raise _master_not_found(self.name, self.errors)
+        return self.found
+
+
 class AsyncSentinelGroup(AsyncSentinel):
     """redis-py's Sentinel manager, whose "no master found" error names each sentinel
     by its address and its error in a line (redis-py's prints every client's repr)."""
 
     async def discover_master(self, service_name: str) -> tuple[Any, Any]:
-        errors = []
-        for i, sentinel in enumerate(self.sentinels):
-            try:
-                found = _found(self, service_name, i, await sentinel.sentinel_masters())
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                errors.append(f"{_where(sentinel)} {type(exc).__name__}: {exc}")
-                continue
-            if found:
-                return found
-        raise _master_not_found(service_name, errors)
+        step = _Discovery(self, service_name)
+        while (sentinel := step.next()) is not None:
+            step.answer(await _masters_or_error(sentinel))
+        return step.result()
+
+
+async def _masters_or_error(sentinel: Any) -> Any:
+    try:
+        return await sentinel.sentinel_masters()
+    except _SENTINEL_DOWN as exc:
+        return exc
 
 
 class SentinelGroup(redis.sentinel.Sentinel):
     """Synchronous ``AsyncSentinelGroup``."""
 
     def discover_master(self, service_name: str) -> tuple[Any, Any]:
-        errors = []
-        for i, sentinel in enumerate(self.sentinels):
+        step = _Discovery(self, service_name)
+        while (sentinel := step.next()) is not None:
             try:
-                found = _found(self, service_name, i, sentinel.sentinel_masters())
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                errors.append(f"{_where(sentinel)} {type(exc).__name__}: {exc}")
-                continue
-            if found:
-                return found
-        raise _master_not_found(service_name, errors)
+                step.answer(sentinel.sentinel_masters())
+            except _SENTINEL_DOWN as exc:
+                step.answer(exc)
+        return step.result()
 
 
 class AsyncSentinelMaster(aioredis.Redis):
@@ -344,7 +382,8 @@ class AsyncSentinelMaster(aioredis.Redis):
         try:
             await super().aclose(close_connection_pool)
         finally:
-            await self.connection_pool.sentinel_manager.aclose()
+            pool: Any = self.connection_pool  # a SentinelConnectionPool
+            await pool.sentinel_manager.aclose()
 
 
 class SentinelMaster(redis.Redis):
@@ -354,7 +393,8 @@ class SentinelMaster(redis.Redis):
         try:
             super().close()
         finally:
-            for s in self.connection_pool.sentinel_manager.sentinels:
+            pool: Any = self.connection_pool  # a SentinelConnectionPool
+            for s in pool.sentinel_manager.sentinels:
                 s.close()
 
 

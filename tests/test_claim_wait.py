@@ -1,22 +1,22 @@
-"""The claim loop's idle wait: woken by a kick or its timeout, and always cancellable."""
+"""The claim loop's idle wait (``Kick``): woken by a kick or its timeout, and always
+cancellable."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from types import SimpleNamespace
 
 import pytest
 
-from scrapy_leased.scheduler import LeasedScheduler
+from scrapy_leased._leasekeeper import Kick
 
 
 def test_a_cancel_in_the_turn_the_kick_is_set_is_not_swallowed():
     async def main() -> None:
-        owner = SimpleNamespace(_kick=asyncio.Event())
-        task = asyncio.ensure_future(LeasedScheduler._until_kicked(owner, 30))
+        kick = Kick()
+        task = asyncio.ensure_future(kick.wait(30))
         await asyncio.sleep(0)  # the task now waits for the kick
-        owner._kick.set()
+        kick.set()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -27,14 +27,14 @@ def test_a_cancel_in_the_turn_the_kick_is_set_is_not_swallowed():
 
 def test_the_wait_ends_at_its_timeout_or_at_a_kick():
     async def main() -> tuple[float, float]:
-        owner = SimpleNamespace(_kick=asyncio.Event())
+        kick = Kick()
         t0 = time.monotonic()
-        await LeasedScheduler._until_kicked(owner, 0.05)
+        await kick.wait(0.05)
         timed_out = time.monotonic() - t0
-        owner._kick.clear()
-        asyncio.get_running_loop().call_later(0.01, owner._kick.set)
+        kick.clear()
+        asyncio.get_running_loop().call_later(0.01, kick.set)
         t0 = time.monotonic()
-        await LeasedScheduler._until_kicked(owner, 30)
+        await kick.wait(30)
         return timed_out, time.monotonic() - t0
 
     timed_out, kicked = asyncio.run(main())

@@ -85,7 +85,6 @@ import datetime  # noqa: E402
 import decimal  # noqa: E402
 import uuid  # noqa: E402
 from collections import OrderedDict  # noqa: E402
-from typing import Optional  # noqa: E402
 
 import attrs  # noqa: E402
 import pydantic  # noqa: E402
@@ -111,7 +110,7 @@ class Offer:
 class Review:
     stars: int
     _secret: str = "s"
-    when: Optional[datetime.datetime] = None
+    when: datetime.datetime | None = None
 
 
 class Shop(pydantic.BaseModel):

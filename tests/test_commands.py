@@ -18,14 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis
 
-from scrapy_leased.admin import Snapshot, WorkerState, diagnose
+from scrapy_leased.fleet import Snapshot, WorkerState, diagnose
 from scrapy_leased.frontier import as_str
-from scrapy_leased.keys import CrawlKeys
-from tests.support.redis_server import free_port
+from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.queue import queue_len
+from tests.support.redis_server import free_port
 from tests.support.workers import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,6 +190,27 @@ def test_status_watch_redraws_in_place(redis_server, make_site, start_worker, cr
         assert check(out), out
 
 
+def test_status_computes_slowdowns_with_the_workers_rate_recovery(
+        redis_server, make_site, start_worker, crawl_id):
+    """The workers run with LEASED_RATE_RECOVERY = 600 s; status runs where that setting
+    is not set (another machine, Scrapy's defaults: 30 s): a lane slowed down 4x 30 s
+    ago shows 4 * 0.5 ** (30 / 600) = 3.86x (the workers' half-life), not 2x (30 s)."""
+    site = make_site(pages=5)
+    assert_finished(start_worker(redis_server.url, crawl_id, site.url + "/p/0",
+                                 settings={"LEASED_RATE_RECOVERY": 600}))
+    r = redis_server.client()
+    k = CrawlKeys(crawl_id)
+    assert int(r.hget(k.meta, "rate_half_life_ms")) == 600_000
+    ok(leased("seed", crawl_id, "http://slow.example/x", "--redis-url", redis_server.url))
+    secs, micros = r.time()
+    now_ms = secs * 1000 + micros // 1000
+    r.hset(k.rate("slow.example"), mapping={"pf": 4, "pt": now_ms - 30_000})
+    doc = status_json(redis_server.url, crawl_id, "--sample", "0")
+    (lane,) = [lane for lane in doc["budget"]["lanes"] if lane["lane"] == "slow.example"]
+    # a few seconds between the HSET and the status: 3.86 at once, 3.61 a minute later
+    assert 3.6 < lane["slowdown"] <= 3.87, lane
+
+
 def test_status_warns_when_dead_letters_climb(redis_server, make_site, start_worker, crawl_id):
     """Every seeded page's callback raises and LEASED_MAX_ATTEMPTS is 1: the dead letters
     climb while the crawl runs, and status says so (its two samples, 2 s apart)."""
@@ -279,6 +299,20 @@ def test_diagnoses():
 
 
 # --------------------------------------------------------------------------- dead letters
+
+
+def test_a_worker_is_gone_by_what_it_recorded_not_by_its_id():
+    """reset's check: a worker whose recorded process (host, pid in worker_info) no
+    longer exists is gone; without a record nothing is read from its id."""
+    import socket
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    wid = f"{host}:{dead.pid}:ab"
+    assert WorkerState(wid, 0, 0.0, True, host=host, pid=dead.pid).process_gone()
+    assert not WorkerState(wid, 0, 0.0, True).process_gone()
+    assert not WorkerState(wid, 0, 0.0, True, host=host, pid=os.getpid()).process_gone()
 
 
 def test_dead_letters_list_requeue_purge(redis_server, make_site, start_worker, crawl_id):

@@ -15,7 +15,8 @@ import os
 import sys
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -24,9 +25,9 @@ from scrapy import Request
 from scrapy_leased.codec import encode_request
 from scrapy_leased.connection import make_client
 from scrapy_leased.frontier import NO_BUDGET, Envelope, Frontier, NewRequest, as_str
-from scrapy_leased.keys import CrawlKeys
-from tests.support.redis_server import RedisServer, free_port
+from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.queue import queue_len, queued
+from tests.support.redis_server import RedisServer, free_port
 from tests.support.workers import wait_for
 
 LANE = "127.0.0.1"  # the lane (host) of every request to the test site

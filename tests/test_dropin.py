@@ -21,11 +21,18 @@ from collections import Counter
 from pathlib import Path
 
 from scrapy_leased.frontier import Envelope, NewRequest, as_str
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.redis_server import free_port
 from tests.support.workers import read_jsonl, wait_for
-from tests.test_crawl import WAIT, assert_drained, assert_exit, crawl_state, page_paths, \
-    run_frontier, stat
+from tests.test_crawl import (
+    WAIT,
+    assert_drained,
+    assert_exit,
+    crawl_state,
+    page_paths,
+    run_frontier,
+    stat,
+)
 
 FAST = {"LEASED_LEASE_SECONDS": 2, "LEASED_SWEEP_INTERVAL": 0.5}
 

@@ -18,18 +18,19 @@ import random
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_leased.fingerprints import split_fingerprint
 from scrapy_leased.frontier import Envelope
-from scrapy_leased.keys import CrawlKeys
-from tests.support.site import page_links
+from scrapy_leased.frontier.fingerprints import split_fingerprint
+from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.queue import in_claim_order, queue_len, queued_envelopes
+from tests.support.site import page_links
 
 LANE = "127.0.0.1"  # the lane (host) of every request to the test site
 

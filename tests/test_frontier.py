@@ -22,20 +22,21 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
 import redis
 
 from scrapy_leased.config import SEEN_BUCKET_BITS
 from scrapy_leased.connection import make_client
-from scrapy_leased.fingerprints import split_fingerprint
 from scrapy_leased.frontier import NO_BUDGET, Budget, Envelope, Failure, Frontier, NewRequest
-from scrapy_leased.keys import CrawlKeys
-from scrapy_leased.scripts import script_source
-from tests.support.redis_server import RedisServer
+from scrapy_leased.frontier.fingerprints import split_fingerprint
+from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.frontier.scripts import script_source
 from tests.support.queue import queue_len, queued, queued_envelopes
+from tests.support.redis_server import RedisServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -343,7 +344,7 @@ SKEWED_CHILD = r"""
 import asyncio, json, sys, time
 from scrapy_leased.connection import make_client
 from scrapy_leased.frontier import Frontier
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 
 url, crawl_id, worker, expected_skew_s = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 tokens = [int(t) for t in sys.argv[5].split(",")]
@@ -832,8 +833,8 @@ def test_priority_0_members_left_in_the_zset_are_still_served(redis_server, craw
     served whole: the old members after the LIST, in their order, nothing lost."""
     keys = CrawlKeys(crawl_id)
     r = redis_server.client(decode_responses=True)
-    r.zadd(keys.queue, {"%012x" % 1 + "1|0|0|0||old1": 0, "%012x" % 2 + "2|0|0|0||old2": 0,
-                        "%012x" % 3 + "3|0|0|4||old-high": -4})
+    r.zadd(keys.queue, {f"{1:012x}1|0|0|0||old1": 0, f"{2:012x}2|0|0|0||old2": 0,
+                        f"{3:012x}3|0|0|4||old-high": -4})
     r.zadd(keys.lanes, {"": 0})
     r.set(keys.todo, 3)
     r.set(keys.rids, 3)

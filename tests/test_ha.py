@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_leased.admin import FleetAdmin
 from scrapy_leased.config import LeasedConfig, LeasedConfigError, check_redis_url
 from scrapy_leased.connection import LeasedRedisError, check_reachable, connect, make_client
+from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import Frontier, NewRequest, as_str
-from scrapy_leased.keys import CrawlKeys
-from scrapy_leased.scripts import WAIT_TIMEOUT_MS, script_source
+from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.frontier.scripts import WAIT_TIMEOUT_MS, script_source
 from scrapy_leased.topology import RedisUrlError, parse_redis_url, redact
 from tests.support.redis_ha import RedisCluster, SentinelGroup, find_redis_cli
 from tests.support.workers import wait_for
@@ -557,7 +557,7 @@ def test_wait_replicas_without_replicas_stalls_once_per_pause(redis_server, craw
         finally:
             await client.aclose()
 
-    with caplog.at_level("WARNING", logger="scrapy_leased.scripts"):
+    with caplog.at_level("WARNING", logger="scrapy_leased.frontier.scripts"):
         assert asyncio.run(main()) == [True] * 21
     assert _commandstat(r, "wait") - waits0 == 1
     warnings = [rec.getMessage() for rec in caplog.records]

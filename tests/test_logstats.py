@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 
 FLEET = re.compile(r"\[scrapy_leased\.logstats\] INFO: Fleet (?P<crawl>\S+): (?P<rate>[\d,]+) "
                    r"pages/min, todo (?P<todo>[\d,]+), in flight (?P<inflight>[\d,]+), done "

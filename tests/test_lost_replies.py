@@ -19,8 +19,8 @@ import redis
 
 from scrapy_leased.connection import make_client
 from scrapy_leased.frontier import Frontier, NewRequest
-from scrapy_leased.keys import CrawlKeys
-from scrapy_leased.scripts import script_source
+from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.frontier.scripts import script_source
 from tests.support.proxy import ProxyProcess
 from tests.support.redis_server import RedisServer
 

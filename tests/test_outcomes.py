@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from tests.support.redis_server import free_port
 from scrapy_leased.frontier import Envelope
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
+from tests.support.redis_server import free_port
 
 ACKED = ["/p/1", "/p/4", "/p/5", "/status/404", "/status/410", "/p/6", "/flaky/a?fail=2",
          "/redirect/7", "/flaky/b?fail=99", "/y"]

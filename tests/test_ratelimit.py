@@ -14,8 +14,6 @@ from collections import defaultdict
 
 import pytest
 
-from tests.support.site import Site
-
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 WAIT = 180
 
@@ -184,7 +182,7 @@ def test_robots_crawl_delay_paces_the_whole_fleet(redis_server, crawl_id, start_
     pages = 6
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             log.append((time.time(), self.path))
             if self.path == "/robots.txt":
                 body = b"User-agent: *\nCrawl-delay: 1\n"

@@ -20,7 +20,7 @@ import redis
 
 from scrapy_leased.connection import make_client
 from scrapy_leased.frontier import Failure, Frontier, NewRequest
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.redis_server import RedisServer
 from tests.support.workers import wait_for
 

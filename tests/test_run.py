@@ -8,8 +8,8 @@ import asyncio
 import time
 
 from scrapy_leased.connection import make_client
-from scrapy_leased.keys import CrawlKeys
-from scrapy_leased.run import SEED, SEEDED, WAIT, RunMarker
+from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.frontier.run import SEED, SEEDED, WAIT, RunMarker
 
 
 def markers(url: str, crawl_id: str, ids: list[str], ttl_ms: int = 30_000,

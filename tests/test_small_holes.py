@@ -23,10 +23,10 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
-from scrapy_leased.admin import FleetAdmin
 from scrapy_leased.connection import make_client
+from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import NO_BUDGET, Budget, Frontier, NewRequest
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.ratelimit import LeasedRateMiddleware
 from tests.support.redis_server import RedisServer
 from tests.support.workers import wait_for

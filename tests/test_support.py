@@ -6,7 +6,6 @@ with the add-on disabled (``-s ADDONS={}``).
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import pytest
 import redis
 
 from tests.support.redis_server import RedisServer
-from tests.support.site import REPO_ROOT, Site, page_links, read_log
+from tests.support.site import REPO_ROOT, page_links, read_log
 
 
 def fetch(url: str, headers: dict | None = None, timeout: float = 10) -> tuple[int, str]:

@@ -11,8 +11,7 @@
 
 from __future__ import annotations
 
-
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.redis_server import free_port
 from tests.support.upsert import PostgresServer, pg_records
 

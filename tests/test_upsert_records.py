@@ -7,7 +7,7 @@ import dataclasses
 import datetime
 import decimal
 import json
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 import attrs
 import pydantic
@@ -25,32 +25,32 @@ class ScrapyPage(scrapy.Item):
 
 @dataclasses.dataclass
 class DataPage:
-    sku: Optional[str] = dataclasses.field(default=None, metadata={"upsert_key": True})
-    url: Optional[str] = None
+    sku: str | None = dataclasses.field(default=None, metadata={"upsert_key": True})
+    url: str | None = None
 
 
 @attrs.define
 class AttrsPage:
-    sku: Optional[str] = attrs.field(default=None, metadata={"upsert_key": True})
-    url: Optional[str] = None
+    sku: str | None = attrs.field(default=None, metadata={"upsert_key": True})
+    url: str | None = None
 
 
 class PydanticPage(pydantic.BaseModel):
-    sku: Optional[str] = pydantic.Field(default=None, json_schema_extra={"upsert_key": True})
-    url: Optional[str] = None
+    sku: str | None = pydantic.Field(default=None, json_schema_extra={"upsert_key": True})
+    url: str | None = None
 
 
 @attrs.define
 class AttrsComposite:
     upsert_key = ("site", "sku")  # a plain class attribute
-    site: Optional[str] = None
-    sku: Optional[int] = None
+    site: str | None = None
+    sku: int | None = None
 
 
 class PydanticComposite(pydantic.BaseModel):
     upsert_key: ClassVar[tuple[str, ...]] = ("site", "sku")
-    site: Optional[str] = None
-    sku: Optional[int] = None
+    site: str | None = None
+    sku: int | None = None
 
 
 class ScrapyComposite(scrapy.Item):
@@ -61,7 +61,7 @@ class ScrapyComposite(scrapy.Item):
 
 @dataclasses.dataclass
 class PlainData:  # declares nothing: the default key, url
-    url: Optional[str] = None
+    url: str | None = None
     n: int = 0
 
 

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import json
 import sqlite3
-from typing import Any, Optional
+from typing import Any
 
 import attrs
 import pydantic
@@ -22,17 +22,14 @@ from scrapy import Request, Spider, signals
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-from scrapy_leased.keys import CrawlKeys
-from scrapy_leased.scheduler import META_CLAIM
+from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.meta import META_CLAIM
 from scrapy_leased.upsert import StoreError, UpsertFenceMiddleware, UpsertPipeline
 from scrapy_leased.upsert.config import UpsertConfig
 from scrapy_leased.upsert.records import Record
 from scrapy_leased.upsert.stores import make_store
 from tests.support.redis_server import RedisServer
 from tests.support.upsert import PostgresServer, pg_records, redis_records
-
-
-
 
 
 def settings_for(target, redis_server, crawl_id, **extra) -> dict[str, Any]:
@@ -188,19 +185,19 @@ def test_items_without_a_token_are_written_unfenced_and_counted(target, redis_se
 
 @dataclasses.dataclass
 class DataThing:
-    sku: Optional[str] = dataclasses.field(default=None, metadata={"upsert_key": True})
+    sku: str | None = dataclasses.field(default=None, metadata={"upsert_key": True})
     name: str = ""
 
 
 @attrs.define
 class AttrsThing:
     upsert_key = ("shop", "sku")
-    shop: Optional[str] = None
-    sku: Optional[int] = None
+    shop: str | None = None
+    sku: int | None = None
 
 
 class PydanticThing(pydantic.BaseModel):
-    url: Optional[str] = None
+    url: str | None = None
     price: float = 0.0
 
 

@@ -17,7 +17,9 @@ Synchronous code, not on a reactor: each subcommand is one ``asyncio.run`` over
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 import time
 from collections import deque
@@ -31,14 +33,14 @@ from scrapy.exceptions import UsageError
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import RequestFingerprinter
 
-from ..admin import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
-from ..budget import Budgets
+from ..bootstrap import crawl_redis_url
 from ..codec import encode_request
-from ..config import _CRAWL_ID_RE, LeasedConfig, LeasedConfigError, check_redis_url
+from ..config import LeasedConfig, LeasedConfigError, check_crawl_id, check_redis_url
 from ..connection import make_client, redact
-from ..fingerprints import split_fingerprint
-from ..frontier import NewRequest
-from ..keys import CrawlKeys
+from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
+from ..frontier import CrawlKeys, NewRequest
+from ..frontier.fingerprints import split_fingerprint
+from ..ratelimit.budgets import Budgets
 
 if TYPE_CHECKING:
     import argparse
@@ -167,14 +169,15 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
                                f"{type(exc).__name__}: {exc}") from None
         crawl = await _crawl_id(crawl_arg, settings, config, client)
         admin = FleetAdmin(client, CrawlKeys(crawl), worker_ttl_ms=int(config.worker_ttl * 1000),
-                           lease_ms=config.lease_ms, max_attempts=config.max_attempts)
+                           lease_ms=config.lease_ms, max_attempts=config.max_attempts,
+                           half_life_ms=config.budgets.half_life_ms)
         if sub != "seed" and not await admin.exists():
             crawls = await FleetAdmin.list_crawls(client)
             raise CommandError(
                 f"unknown crawl {crawl!r} in Redis at {redact(url)}: no key "
                 f"{admin.keys.prefix}*; crawls there: {', '.join(crawls) or 'none'}")
         if sub == "status":
-            return await _status(admin, opts, settings, redact(url))
+            return await _status(admin, opts, settings, redact(url), config.budgets)
         if sub == "dead":
             return await _dead(admin, opts)
         if sub == "seed":
@@ -197,13 +200,13 @@ def _redis_url(opts: argparse.Namespace, config: LeasedConfig,
             raise CommandError(str(exc)) from None
     if config.redis_url:
         return config.redis_url, "LEASED_REDIS_URL"
-    from ..embedded import EmbeddedRedisError, ensure_embedded_redis, running_embedded_redis
+    from ..embedded import EmbeddedRedisError
 
     source = f"embedded Redis in {config.embedded_dir}"
-    url = running_embedded_redis(config.embedded_dir)
+    url, _ = crawl_redis_url(config, start=False)  # a running one, else (seed) start it
     if url is None and start_embedded:
         try:
-            url = ensure_embedded_redis(config.embedded_dir, config.embedded_server)
+            url, _ = crawl_redis_url(config)
         except EmbeddedRedisError as exc:
             raise CommandError(str(exc).splitlines()[0]) from None
     if url is None:
@@ -217,9 +220,10 @@ def _redis_url(opts: argparse.Namespace, config: LeasedConfig,
 async def _crawl_id(arg: str | None, settings: Settings, config: LeasedConfig,
                     client: Any) -> str:
     if arg is not None:
-        if not _CRAWL_ID_RE.match(arg):
-            raise CommandError(f"CRAWL ({arg!r}) must be a crawl id without spaces or braces")
-        return arg
+        try:
+            return check_crawl_id(arg, "CRAWL")
+        except LeasedConfigError as exc:
+            raise CommandError(str(exc)) from None
     if config.crawl_id:
         return config.crawl_id
     from scrapy.spiderloader import get_spider_loader
@@ -238,9 +242,8 @@ async def _crawl_id(arg: str | None, settings: Settings, config: LeasedConfig,
 
 
 async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Settings,
-                  where: str) -> int:
+                  where: str, budgets: Budgets) -> int:
     default_cap = settings.getint("CONCURRENT_REQUESTS")
-    budgets = Budgets.from_settings(settings)
     if not opts.watch:
         sample = SAMPLE_SECONDS if opts.sample is None else opts.sample
         prev = None
@@ -252,7 +255,12 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
         return 0
     trend = WATCH_TREND_SECONDS if opts.sample is None else opts.sample
     history: deque[Snapshot] = deque()
-    while True:
+    # Ctrl-C ends the watch once the redraw in progress is done: handled here rather
+    # than by cancelling the task (asyncio.run's way), which a Redis call in flight can
+    # lose, leaving the command running after Ctrl-C.
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+    while not stop.is_set():
         started = time.monotonic()
         try:
             cur = await admin.snapshot()
@@ -268,7 +276,10 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
             if not opts.json:
                 sys.stdout.write(CLEAR)
             _print_status(cur, prev, warnings, opts.json, where, budgets)
-        await asyncio.sleep(max(0.0, opts.interval - (time.monotonic() - started)))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(),
+                                   max(0.0, opts.interval - (time.monotonic() - started)))
+    return 0
 
 
 def _warnings(cur: Snapshot, prev: Snapshot | None, default_cap: int) -> list[Diagnosis]:
@@ -464,10 +475,6 @@ async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
     if not urls:
         raise CommandError("nothing to seed: give URLs, -f FILE or - (stdin)")
     fingerprinter = _fingerprinter(settings)
-    try:
-        budgets = Budgets.from_settings(settings)
-    except LeasedConfigError as exc:
-        raise CommandError(str(exc)) from None
     requests = []
     for url in urls:
         try:
@@ -476,9 +483,10 @@ async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
             raise CommandError(f"not a URL: {url!r} ({exc}); nothing seeded") from None
         bucket, member = split_fingerprint(fingerprinter.fingerprint(request),
                                            config.seen_bucket_bits)
-        payload = encode_request(request, None)  # type: ignore[arg-type]  # no callback
+        payload = encode_request(request, None)  # no spider: the request has no callback
         requests.append(NewRequest(payload, request.priority, bucket, member,
-                                   lane=budgets.lane_of(request)))  # its host, as a worker does
+                                   # its host, as a worker does
+                                   lane=config.budgets.lane_of(request)))
     try:
         queued = await admin.seed(requests, config.seen_bucket_bits)
     except ValueError as exc:

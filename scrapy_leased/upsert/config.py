@@ -9,7 +9,13 @@ from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 
-from ..config import REDIS_SCHEMES, LeasedConfigError, _bool, _number, check_redis_url
+from ..config import (
+    REDIS_SCHEMES,
+    LeasedConfigError,
+    bool_setting,
+    check_redis_url,
+    number_setting,
+)
 from ..topology import redact
 
 # Defaults.
@@ -57,11 +63,11 @@ class UpsertConfig:
         return cls(
             # Off unless told where records go (LEASED_UPSERT_URL) or switched on: an
             # existing project's items reach its own pipelines and feeds untouched.
-            enabled=_bool(settings, "LEASED_UPSERT_ENABLED", url is not None),
+            enabled=bool_setting(settings, "LEASED_UPSERT_ENABLED", url is not None),
             url=url,
             key_fields=_key_fields(settings),
             prefix=_prefix(settings),
-            batch_size=_number(settings, "LEASED_UPSERT_BATCH_SIZE", BATCH_SIZE, minimum=1,
+            batch_size=number_setting(settings, "LEASED_UPSERT_BATCH_SIZE", BATCH_SIZE, minimum=1,
                                integer=True, exclusive=False),
         )
 

@@ -21,8 +21,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
-from ..scheduler import claim_token
-from .config import UpsertConfig
+from ..config import LeasedConfig
+from ..meta import claim_token
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -76,7 +76,7 @@ class FenceRegistry:
         entry[2] -= 1
         if entry[2] <= 0:
             del self._entries[id(item)]
-        return entry[1]
+        return int(entry[1])
 
     def _on_item_done(self, item: Any, **kwargs: Any) -> None:
         entry = self._entries.get(id(item))
@@ -95,7 +95,7 @@ class UpsertFenceMiddleware(BaseSpiderMiddleware):
     callback yields, the claim token of the request being processed."""
 
     def __init__(self, crawler: Crawler) -> None:
-        if not UpsertConfig.from_settings(crawler.settings).enabled:
+        if not LeasedConfig.from_settings(crawler.settings).upsert.enabled:
             raise NotConfigured("LEASED_UPSERT_ENABLED is False")
         super().__init__(crawler)
         self.registry = FenceRegistry.for_crawler(crawler)

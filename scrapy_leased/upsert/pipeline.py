@@ -9,13 +9,13 @@ its key, or anything that is not an item, passes on unstored (counted, warned on
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 from itemadapter import is_item
 from scrapy.exceptions import NotConfigured
 
+from ..bootstrap import crawl_redis_url_async
 from ..config import LeasedConfig
 from ..connection import LeasedRedisError
 from .batcher import WriteBatcher
@@ -49,10 +49,10 @@ class UpsertPipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = UpsertConfig.from_settings(crawler.settings)
-        if not config.enabled:
+        leased = LeasedConfig.from_settings(crawler.settings)
+        if not leased.upsert.enabled:
             raise NotConfigured("LEASED_UPSERT_ENABLED is False")
-        return cls(crawler, config, LeasedConfig.from_settings(crawler.settings))
+        return cls(crawler, leased.upsert, leased)
 
     def _inc(self, name: str, count: int = 1) -> None:
         self.stats.inc_value(STATS_PREFIX + name, count)
@@ -62,11 +62,8 @@ class UpsertPipeline:
         assert spider is not None
         crawl_id = self.leased.crawl_id or spider.name
         redis_url = self.leased.redis_url
-        if self.config.url is None and redis_url is None:
-            from ..embedded import ensure_embedded_redis
-
-            redis_url = await asyncio.to_thread(ensure_embedded_redis, self.leased.embedded_dir,
-                                                self.leased.embedded_server)
+        if self.config.url is None:  # the records go to the crawl's Redis
+            redis_url, _ = await crawl_redis_url_async(self.leased)
         self.store = make_store(self.config, crawl_id, redis_url, self.leased.connect_timeout)
         try:
             await self.store.open()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scrapy_leased.frontier import Envelope, as_str
-from scrapy_leased.keys import CrawlKeys
+from scrapy_leased.frontier.keys import CrawlKeys
 
 
 def in_claim_order(zset: list[tuple[Any, float]], fifo: list[Any]) -> list[str]:

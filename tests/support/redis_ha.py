@@ -27,8 +27,9 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import redis
 
@@ -398,7 +399,8 @@ class RedisCluster:
 
     def client(self, **kwargs: Any) -> redis.cluster.RedisCluster:
         """A sync redis-py cluster client (for the test side)."""
-        from redis.cluster import ClusterNode, RedisCluster as SyncCluster
+        from redis.cluster import ClusterNode
+        from redis.cluster import RedisCluster as SyncCluster
 
         kwargs.setdefault("password", self.password)
         return SyncCluster(startup_nodes=[ClusterNode("127.0.0.1", n.port) for n in self.live()],

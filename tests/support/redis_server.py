@@ -41,7 +41,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-_live: "set[RedisServer]" = set()
+_live: set[RedisServer] = set()
 
 
 def _cleanup_all() -> None:
@@ -186,7 +186,7 @@ class RedisServer:
         return conf
 
     # -- lifecycle ---------------------------------------------------------
-    def start(self, timeout: float = 10.0) -> "RedisServer":
+    def start(self, timeout: float = 10.0) -> RedisServer:
         if self.running:
             return self
         # a random free port can be raced away between probe and bind: retry
@@ -289,7 +289,7 @@ class RedisServer:
                 pass
         self.kill()
 
-    def restart(self, crash: bool = False, timeout: float = 10.0) -> "RedisServer":
+    def restart(self, crash: bool = False, timeout: float = 10.0) -> RedisServer:
         """Stop (``shutdown()``, or ``kill()`` if crash=True) and start again on
         the same port and dir; with AOF on, the data survives."""
         if crash:
@@ -332,7 +332,7 @@ class RedisServer:
             c.close()
         shutil.copyfile(self.dir / "dump.rdb", self.snapshot_path)
 
-    def rollback(self, timeout: float = 10.0) -> "RedisServer":
+    def rollback(self, timeout: float = 10.0) -> RedisServer:
         """kill -9, then start again on the same port from the file ``snapshot()`` kept:
         every write since the snapshot is lost."""
         self.kill()
@@ -345,7 +345,7 @@ class RedisServer:
         _live.discard(self)
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -21,9 +21,10 @@ import sqlite3
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -126,7 +127,7 @@ def make_target(kind: str, *, redis_server: Any, crawl_id: str, tmp_path: Path) 
     sqlite: a file in
     tmp_path; postgresql: the machine's server, tables with a unique prefix (dropped
     afterwards)."""
-    from scrapy_leased.keys import CrawlKeys
+    from scrapy_leased.frontier.keys import CrawlKeys
 
     prefix = f"t{uuid.uuid4().hex[:10]}"
     if kind == "redis":

@@ -21,8 +21,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .redis_server import _pdeathsig_preexec
 from .site import read_log

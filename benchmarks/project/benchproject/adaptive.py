@@ -35,8 +35,8 @@ class AdaptiveScheduler(LeasedScheduler):
     def _capacity(self) -> int:
         if self._engine_slot is not None and self._engine_slot.closing is not None:
             return 0
-        if self._suspects or self._isolated is not None:
+        if self.book.suspects or self.book.isolated is not None:
             return 0
         downloading = len(self.crawler.engine.downloader.active)
-        waiting = len(self._ready) + len(self._local) + len(self._deferred)
+        waiting = len(self.book.ready) + len(self.book.local) + len(self.book.deferred)
         return self.concurrency + self.margin - downloading - waiting

@@ -10,6 +10,8 @@ import time
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
 
+from scrapy_leased.scheduler import leased_scheduler
+
 # Requests written to a Redis socket by this process (one per command, or one per
 # pipeline): the client side of "round trips". Counted by wrapping redis-py's
 # send_packed_command, for its synchronous (scrapy-redis) and asyncio (scrapy_leased)
@@ -62,7 +64,7 @@ class BenchReport:
     (``downloader.active``: what Scrapy counts against CONCURRENT_REQUESTS), requests
     on the wire (``transferring`` of every download slot) and, for scrapy_leased's
     scheduler, claims held (``_claims``), claims not yet handed to the engine
-    (``_ready`` + ``_suspects`` + ``_deferred``: leases no other worker can take) and
+    (``book.ready`` + ``book.suspects`` + ``book.deferred``: leases no other worker can take) and
     requests handed to the engine and not finished (``_handed``). The samples go into
     the report as rows ``[t, active, transferring, claims, unstarted, handed]``
     (-1 where the scheduler has no such thing); benchmarks/bench_latency.py averages
@@ -101,12 +103,13 @@ class BenchReport:
         if downloader is None:
             return
         transferring = sum(len(s.transferring) for s in downloader.slots.values())
-        sched = getattr(getattr(engine, "_slot", None), "scheduler", None)
+        sched = leased_scheduler(self.crawler)
         claims = unstarted = handed = -1
-        if sched is not None and hasattr(sched, "_claims"):
-            claims = len(sched._claims)
-            unstarted = len(sched._ready) + len(sched._suspects) + len(sched._deferred)
-            handed = len(sched._handed)
+        if sched is not None:
+            book = sched.book
+            claims = len(book.claims)
+            unstarted = len(book.ready) + len(book.suspects) + len(book.deferred)
+            handed = len(book.handed)
         self.samples.append([round(time.time(), 4), len(downloader.active), transferring,
                              claims, unstarted, handed])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...keys import CrawlKeys
+from ...frontier.keys import CrawlKeys
 from ..config import UpsertConfig
 from .base import Store, StoreError
 

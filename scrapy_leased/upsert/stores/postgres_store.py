@@ -21,7 +21,8 @@ def redact_dsn(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def create_sql(table: Any) -> Any:

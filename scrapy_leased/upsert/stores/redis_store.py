@@ -18,14 +18,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import ClusterDownError
+from redis.exceptions import ClusterDownError, OutOfMemoryError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...connection import CONNECT_TIMEOUT_SECONDS, connect, redact
-from ...keys import CrawlKeys
-from ...scripts import register
+from ...frontier.keys import CrawlKeys
+from ...frontier.scripts import register
 from ..records import Record
 from .base import Store
 

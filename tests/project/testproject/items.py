@@ -2,7 +2,7 @@
 another way (for the ``upsert_types`` spider and tests/test_upsert_*.py)."""
 
 import dataclasses
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 import attrs
 import pydantic
@@ -21,9 +21,9 @@ class PageItem(scrapy.Item):
 class DataPage:
     """dataclass, key from field metadata."""
 
-    path: Optional[str] = dataclasses.field(default=None, metadata={"upsert_key": True})
-    url: Optional[str] = None
-    worker: Optional[str] = None
+    path: str | None = dataclasses.field(default=None, metadata={"upsert_key": True})
+    url: str | None = None
+    worker: str | None = None
 
 
 @attrs.define
@@ -31,29 +31,29 @@ class AttrsPage:
     """attrs, composite key from a class attribute."""
 
     upsert_key = ("site", "path")  # not annotated: a plain class attribute, not a field
-    site: Optional[str] = None
-    path: Optional[str] = None
-    worker: Optional[str] = None
+    site: str | None = None
+    path: str | None = None
+    worker: str | None = None
 
 
 class PydanticPage(pydantic.BaseModel):
     """pydantic, no declared key: the default ``url``."""
 
-    url: Optional[str] = None
+    url: str | None = None
     n: int = 0
-    worker: Optional[str] = None
+    worker: str | None = None
 
 
 class KeyedPydanticPage(pydantic.BaseModel):
     """pydantic, key from the ClassVar ``upsert_key``."""
 
     upsert_key: ClassVar[tuple[str, ...]] = ("sku",)
-    sku: Optional[str] = None
+    sku: str | None = None
     price: float = 0.0
 
 
 class MetaPydanticPage(pydantic.BaseModel):
     """pydantic, key from Field(json_schema_extra={"upsert_key": True})."""
 
-    code: Optional[str] = pydantic.Field(default=None, json_schema_extra={"upsert_key": True})
+    code: str | None = pydantic.Field(default=None, json_schema_extra={"upsert_key": True})
     label: str = ""

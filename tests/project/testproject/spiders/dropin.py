@@ -6,7 +6,6 @@ import dataclasses
 import datetime
 import decimal
 import re
-from typing import Optional
 
 import attrs
 import scrapy

@@ -9,54 +9,19 @@ subdomains; the most specific wins).
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from scrapy import Request
 from scrapy.settings import BaseSettings
 from scrapy.utils.httpobj import urlparse_cached
 
-from .config import LeasedConfigError
-from .frontier import NO_BUDGET, Budget
+from ..config import LeasedConfigError, ms_setting, parse_rate
+from ..frontier import Budget
+from ..meta import META_LANE
+from .state import HALF_LIFE_MS
 
-#: request.meta key that puts a request in a lane of the user's choosing.
-META_LANE = "leased_lane"
 LANE_KEYS = ("host", "netloc", "slot")
-_UNITS_MS = {"s": 1000, "sec": 1000, "second": 1000, "m": 60_000, "min": 60_000,
-             "minute": 60_000, "h": 3_600_000, "hour": 3_600_000}
-_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d*(?:\.\d+)?)\s*([a-z]+)\s*$")
-
-
-def parse_rate(value: Any, burst: Any, setting: str) -> Budget:
-    """``"120/min"`` (also ``"2/s"``, ``"1000/h"``, ``"5/10s"``) with a burst, as a Budget;
-    None, "" or 0 for no budget. A dict gives ``{"rate": ..., "burst": ...}``."""
-    if isinstance(value, Mapping):
-        unknown = set(value) - {"rate", "burst"}
-        if unknown or "rate" not in value:
-            raise LeasedConfigError(
-                f"{setting} ({dict(value)!r}) must be a rate like '120/min' or a dict with "
-                f"'rate' and optionally 'burst'.")
-        return parse_rate(value["rate"], value.get("burst", burst), setting)
-    if value in (None, "", 0, "0"):
-        return NO_BUDGET
-    m = _RATE_RE.match(str(value).lower())
-    if not m or m.group(3).rstrip("s") not in _UNITS_MS and m.group(3) not in _UNITS_MS:
-        raise LeasedConfigError(
-            f"{setting} ({value!r}) must be a rate like '120/min', '2/s' or '1000/h'.")
-    count, per, unit = float(m.group(1)), float(m.group(2) or 1), m.group(3)
-    unit_ms = _UNITS_MS.get(unit) or _UNITS_MS[unit.rstrip("s")]
-    if count <= 0 or per <= 0:
-        raise LeasedConfigError(f"{setting} ({value!r}) must allow more than 0 requests.")
-    try:
-        b = int(burst)
-        if b < 1 or float(burst) != b:
-            raise ValueError
-    except (TypeError, ValueError):
-        raise LeasedConfigError(f"burst of {setting} ({burst!r}) must be an integer >= 1.") from None
-    return Budget(max(1, math.ceil(per * unit_ms / count)), b)  # rounded up: never over
 
 
 @dataclass
@@ -65,7 +30,7 @@ class Budgets:
     exact: dict[str, Budget]
     domains: list[tuple[str, Budget]]  # (".example.com", budget), longest first
     lane_key: str = "host"
-    half_life_ms: int = 30_000
+    half_life_ms: int = HALF_LIFE_MS
     backoff_ms: int = 5_000
     obey_crawl_delay: bool = True
     # A claim from a lane with nothing to enforce (no budget, Crawl-delay or block when
@@ -94,10 +59,11 @@ class Budgets:
             raise LeasedConfigError(
                 f"LEASED_RATE_KEY ({lane_key!r}) must be one of {', '.join(LANE_KEYS)}.")
         return cls(default, exact, domains, lane_key,
-                   half_life_ms=_ms(settings, "LEASED_RATE_RECOVERY", 30.0),
-                   backoff_ms=_ms(settings, "LEASED_RATE_BACKOFF", 5.0),
+                   half_life_ms=ms_setting(settings, "LEASED_RATE_RECOVERY", HALF_LIFE_MS / 1000),
+                   backoff_ms=ms_setting(settings, "LEASED_RATE_BACKOFF", 5.0),
                    obey_crawl_delay=settings.getbool("LEASED_RATE_CRAWL_DELAY", True),
-                   free_grace_ms=_ms(settings, "LEASED_RATE_FREE_GRACE", 0.5, allow_zero=True))
+                   free_grace_ms=ms_setting(settings, "LEASED_RATE_FREE_GRACE", 0.5,
+                                            allow_zero=True))
 
     @property
     def enabled(self) -> bool:
@@ -123,15 +89,3 @@ class Budgets:
             if dotted.endswith(suffix):
                 return b
         return self.default
-
-
-def _ms(settings: BaseSettings, name: str, default_s: float, allow_zero: bool = False) -> int:
-    raw = settings.get(name)
-    try:
-        value = float(default_s if raw in (None, "") else raw)
-    except (TypeError, ValueError):
-        raise LeasedConfigError(f"{name} ({raw!r}) must be a number of seconds.") from None
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = "at least" if allow_zero else "higher than"
-        raise LeasedConfigError(f"{name} ({raw!r}) must be {bound} 0.")
-    return int(value * 1000)

@@ -13,29 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .keys import CrawlKeys
-from .scripts import pairs, read_atomic, register
-
+from .envelope import Envelope
+from .keys import CrawlKeys, ExtraKeys
+from .scripts import as_str, pairs, read_atomic, register
 
 REASON_CHARS = 500  # a failure's reason is kept to its first 500 characters
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """A request as stored: ``<rid>|<attempts>|<expiries>|<priority>|<lane>|<payload>``
-    (see lua/lib_settle.lua)."""
-
-    rid: int
-    attempts: int
-    expiries: int
-    priority: int
-    lane: str
-    payload: str
-
-    @classmethod
-    def parse(cls, raw: str | bytes) -> Envelope:
-        rid, attempts, expiries, priority, lane, payload = as_str(raw).split("|", 5)
-        return cls(int(rid), int(attempts), int(expiries), int(priority), lane, payload)
+#: Field of the crawl's ``meta`` HASH: the slowdown half-life (ms) the workers use.
+HALF_LIFE_FIELD = "rate_half_life_ms"
 
 
 @dataclass(frozen=True)
@@ -90,35 +74,6 @@ class CommitResult:
     queued: list[bool]
     acks: list[int]  # bit 1: lease was held; bit 2: newly counted done
     fails: list[int]  # 0: lease no longer held, 1: requeued, 2: dead-lettered
-
-
-class ExtraKeys:
-    """KEYS beyond a script's fixed ones, each named once, referred to by index."""
-
-    def __init__(self, keys: list[str]) -> None:
-        self.keys = keys
-        self._index: dict[str, int] = {}
-
-    def __call__(self, key: str) -> int:
-        idx = self._index.get(key)
-        if idx is None:
-            self.keys.append(key)
-            idx = self._index[key] = len(self.keys)
-        return idx
-
-    def queue(self, keys: CrawlKeys, lane: str) -> int:
-        """The index of a lane's queue ZSET, its LIST right after it (lua/lib_settle.lua)."""
-        zset = keys.lane_queue(lane)
-        idx = self._index.get(zset)
-        if idx is None:
-            idx = self(zset)
-            self.keys.append(keys.lane_fifo(lane))
-        return idx
-
-
-def as_str(value: Any) -> str:
-    """A Redis reply (bytes, or str with decode_responses) as str."""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _lane_and_token(item: int | tuple[int, str]) -> tuple[int, str]:
@@ -202,6 +157,11 @@ class Frontier:
                 f"crawl was started with ({stored}); changing it would forget seen URLs. "
                 f"Set it back to {stored}, or use a new LEASED_CRAWL_ID."
             )
+
+    async def record_half_life(self) -> None:
+        """Record this caller's slowdown half-life (LEASED_RATE_RECOVERY) with the crawl,
+        so that ``scrapy leased status``, run anywhere, computes slowdowns with it."""
+        await self.client.hset(self.keys.meta, HALF_LIFE_FIELD, self.half_life_ms)
 
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
                      fails: Sequence[Failure] = (), call_id: str | None = None) -> CommitResult:

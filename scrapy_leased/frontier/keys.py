@@ -134,7 +134,9 @@ class CrawlKeys:
 
     @property
     def meta(self) -> str:
-        """HASH: the crawl's fixed parameters (seen-set layout), checked at open."""
+        """HASH: the crawl's fixed parameters (``seen_bucket_bits``, the seen-set layout,
+        checked at open) and ``rate_half_life_ms`` (LEASED_RATE_RECOVERY of the workers,
+        read by ``scrapy leased status``)."""
         return self._key("meta")
 
     def seen_bucket(self, bucket: int) -> str:
@@ -145,3 +147,27 @@ class CrawlKeys:
         """HASH: items upserted by UpsertPipeline, one hash per item type (snake_case
         class name): key -> {"fence", "updated", "type", "item"} JSON (lua/upsert.lua)."""
         return self._key(f"{prefix}:{item_type}")
+
+
+class ExtraKeys:
+    """KEYS beyond a script's fixed ones, each named once, referred to by index."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        self._index: dict[str, int] = {}
+
+    def __call__(self, key: str) -> int:
+        idx = self._index.get(key)
+        if idx is None:
+            self.keys.append(key)
+            idx = self._index[key] = len(self.keys)
+        return idx
+
+    def queue(self, keys: CrawlKeys, lane: str) -> int:
+        """The index of a lane's queue ZSET, its LIST right after it (lua/lib_settle.lua)."""
+        zset = keys.lane_queue(lane)
+        idx = self._index.get(zset)
+        if idx is None:
+            idx = self(zset)
+            self.keys.append(keys.lane_fifo(lane))
+        return idx

@@ -52,7 +52,7 @@ for _ = 1, n_enq do
   if bucket == 0 or redis.call('SADD', KEYS[bucket], ARGV[a + 1]) == 1 then
     local rid = guard_rid(g)
     queue_push(keys, lane_queue(tonumber(ARGV[a + 3])), ARGV[a + 4],
-      rid .. '|0|0|' .. ARGV[a + 2] .. '|' .. ARGV[a + 4] .. '|' .. ARGV[a + 5], ARGV[a + 2], false,
+      make_envelope(rid, 0, 0, ARGV[a + 2], ARGV[a + 4], ARGV[a + 5]), ARGV[a + 2], false,
       rid, ARGV[a + 6])
     out[#out + 1] = 1
     queued = queued + 1

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from .frontier import CommitResult, Failure, Frontier, NewRequest
+from .machine import CommitResult, Failure, Frontier, NewRequest
 
 logger = logging.getLogger(__name__)
 

@@ -5,40 +5,33 @@ throughput, Redis memory, dead letters, live leases) and performs the operator's
 mutations: requeue or purge dead letters, seed URLs, delete a crawl. Each mutation is
 one Lua script in ``lua/`` (``requeue_dead.lua``, ``purge_dead.lua``) or goes through
 ``Frontier.commit`` (seeding), so it is atomic and keeps the crawl's invariants.
-``diagnose`` turns two snapshots into the lesson's warnings.
+``diagnose`` (diagnose.py) turns two snapshots into warnings.
 
 Used by ``scrapy leased`` (``commands/leased.py``), the workers' fleet log line
-(``logstats.py``) and the practice run (``example_project/practice.py``). Everything
+(``scrapy_leased/logstats.py``) and the practice run (``example_project/practice.py``). Everything
 here is asynchronous (redis.asyncio), like ``Frontier``; it knows nothing of Scrapy.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from .frontier import Envelope, ExtraKeys, Frontier, NewRequest, as_str
-from .keys import KEY_PREFIX, CrawlKeys
-from .scripts import pairs, read_atomic, register
-from .topology import scan_batches, server_info
+from ..frontier import Envelope, Frontier, NewRequest
+from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys
+from ..frontier.machine import HALF_LIFE_FIELD
+from ..frontier.scripts import as_str, pairs, read_atomic, register
+from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
+from ..topology import scan_batches, server_info
+from .snapshot import LaneState, Snapshot, WorkerState
 
 #: Throughput is read from the ``throughput`` HASH (10-second buckets of Redis time,
 #: kept by commit.lua): the current bucket and the 5 before it, i.e. the last 50-60 s,
 #: from the oldest of them that has requests done.
 THROUGHPUT_BUCKET_MS = 10_000
 THROUGHPUT_BUCKETS = 6
-
-#: Diagnoses (see ``diagnose`` and the README's "Watching the fleet").
-MIN_TREND_SECONDS = 0.5  # two samples closer than this give no trend
-ORPHAN_FACTOR = 2.0  # processing above this many times the fleet's capacity ...
-ORPHAN_MIN = 10  # ... and above it by at least this many requests
-IDLE_SHARE = 0.5  # below this share of their capacity in use, live workers are idle
-DEAD_MIN = 2  # dead letters added within the window before "climbing" is said ...
-DEAD_SHARE = 0.05  # ... and at least this share of the requests settled meanwhile
 
 BATCH = 500  # requests per seeding commit, dead letters per requeue/purge call
 LANES_SHOWN = 10  # lanes (hosts) listed by status
@@ -47,174 +40,6 @@ LANES_SHOWN = 10  # lanes (hosts) listed by status
 def glob_escape(text: str) -> str:
     """``text`` as a literal inside a Redis MATCH pattern."""
     return "".join("\\" + c if c in "*?[]\\{}^-" else c for c in text)
-
-
-@dataclass(frozen=True)
-class WorkerState:
-    """One worker of the registry (``workers`` + ``worker_info``)."""
-
-    id: str
-    heartbeat_ms: int
-    heartbeat_age_s: float  # seconds since its last heartbeat (Redis time)
-    alive: bool  # heartbeat younger than the worker TTL
-    inflight: int | None = None  # claims held at its last heartbeat
-    acked: int | None = None
-    capacity: int | None = None  # CONCURRENT_REQUESTS + LEASED_PREFETCH
-    host: str | None = None
-    pid: int | None = None
-    started: float | None = None  # its own clock, epoch seconds
-
-    def process_gone(self) -> bool:
-        """True when the worker ran on this machine and its process no longer exists
-        (killed: its registry entry stays until the worker TTL passes)."""
-        host, _, rest = self.id.partition(":")
-        pid = self.pid or (int(rest.split(":")[0]) if rest.split(":")[0].isdigit() else None)
-        if pid is None or (self.host or host) != socket.gethostname():
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
-
-
-@dataclass
-class LaneState:
-    """One lane (host) as its rate-budget state shows it (lua/lib_rate.lua)."""
-
-    lane: str
-    queued: int
-    ready_in_s: float  # 0 when it may be served now
-    ahead_s: float  # how far its GCRA arrival time runs ahead of now: budget in use
-    blocked_s: float  # left of a block set by a 429/503 (Retry-After)
-    slowdown: float  # factor on its interval after 429/503 answers (1 = none)
-    crawl_delay_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class Snapshot:
-    """The crawl at one moment (``now_ms``, Redis time)."""
-
-    crawl: str
-    now_ms: int
-    todo: int
-    processing: int
-    done: int
-    dead: int
-    workers_alive: int
-    totals: dict[str, int]  # the crawl-wide counters of the ``stats`` HASH
-    done_last_minute: int  # requests newly done in the throughput window
-    window_s: float  # that window's length (50-60 s; less for a crawl younger than that)
-    workers: list[WorkerState] = field(default_factory=list)  # empty unless asked for
-    used_memory: int | None = None
-    used_memory_human: str | None = None
-    maxmemory: int | None = None
-    lanes: list[LaneState] = field(default_factory=list)  # the busiest, when asked for
-    lanes_total: int = 0
-
-    @property
-    def pages_per_min(self) -> float:
-        return self.done_last_minute * 60 / self.window_s if self.window_s > 0 else 0.0
-
-    @property
-    def dead_total(self) -> int:
-        """Dead-lettered ever (``stats.dead``): grows even when letters are requeued."""
-        return self.totals.get("dead", self.dead)
-
-    def capacity(self, default_per_worker: int | None = None) -> int | None:
-        """Sum of the live workers' capacity; None when unknown."""
-        total = 0
-        for w in self.workers:
-            if w.alive:
-                cap = w.capacity if w.capacity is not None else default_per_worker
-                if cap is None:
-                    return None
-                total += cap
-        return total if self.workers else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "crawl": self.crawl,
-            "time": self.now_ms / 1000,
-            "todo": self.todo,
-            "processing": self.processing,
-            "done": self.done,
-            "dead": self.dead,
-            "workers_alive": self.workers_alive,
-            "workers": [asdict(w) for w in self.workers],
-            "throughput": {"pages_per_min": round(self.pages_per_min, 1),
-                           "done_last_minute": self.done_last_minute,
-                           "window_s": round(self.window_s, 3)},
-            "redis_used_memory": self.used_memory,
-            "redis_used_memory_human": self.used_memory_human,
-            "redis_maxmemory": self.maxmemory,
-            "totals": dict(self.totals),
-        }
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    code: str  # "no_workers", "orphaned", "stuck", "dead_climbing" ("memory": the command)
-    message: str
-
-
-def diagnose(cur: Snapshot, prev: Snapshot | None = None,
-             default_capacity: int | None = None) -> list[Diagnosis]:
-    """The lesson's warning signs, from the current snapshot and an earlier one.
-
-    - ``no_workers``: work is queued or leased, and no worker is alive.
-    - ``orphaned``: processing (live leases) is much larger than the live workers'
-      capacity: leases of dead workers, waiting to expire. Needs ``cur.workers``.
-    - ``stuck`` (needs ``prev``): done did not move while todo grew, or while todo
-      waits and the live workers are idle (nothing processing, or less than half of
-      their capacity: with every slot busy, a flat done only means slow pages).
-    - ``dead_climbing`` (needs ``prev``): dead letters are being added fast.
-    """
-    out: list[Diagnosis] = []
-    if cur.workers_alive == 0 and (cur.todo or cur.processing):
-        out.append(Diagnosis("no_workers", (
-            f"no worker is alive, with {cur.todo:,} requests to do and {cur.processing:,} "
-            f"leased: start workers (leases of dead workers return to todo when they expire)")))
-    capacity = cur.capacity(default_capacity)
-    if cur.workers_alive and capacity is not None and cur.processing > ORPHAN_FACTOR * capacity \
-            and cur.processing - capacity >= ORPHAN_MIN:
-        out.append(Diagnosis("orphaned", (
-            f"processing {cur.processing:,} is much larger than the capacity of the "
-            f"{cur.workers_alive} live workers ({capacity:,}): workers are dying without "
-            f"finishing, and recovery is carrying the load")))
-    if prev is None:
-        return out
-    seconds = (cur.now_ms - prev.now_ms) / 1000
-    if seconds < MIN_TREND_SECONDS:
-        return out
-    done_delta = cur.done - prev.done
-    todo_delta = cur.todo - prev.todo
-    # Free slots while work waits: the workers do not take it (when every slot is busy,
-    # a flat done only means slow pages).
-    idle = cur.processing == 0 or (capacity is not None and cur.processing < IDLE_SHARE * capacity)
-    if cur.workers_alive and done_delta == 0 and cur.todo > 0 and (todo_delta > 0 or idle):
-        if todo_delta > 0:
-            what = f"todo grew {prev.todo:,} -> {cur.todo:,}"
-        else:
-            what = f"todo waits at {cur.todo:,} with {cur.processing:,} processing" + (
-                f" (capacity {capacity:,})" if capacity is not None else "")
-        out.append(Diagnosis("stuck", (
-            f"{what} while done stayed at {cur.done:,} for {seconds:.1f} s: workers are "
-            f"stuck (rate budget too tight, or all blocked)")))
-    dead_delta = cur.dead_total - prev.dead_total
-    settled = max(done_delta, 0) + max(dead_delta, 0)
-    if dead_delta >= DEAD_MIN and dead_delta >= DEAD_SHARE * settled:
-        out.append(Diagnosis("dead_climbing", (
-            f"dead letters climbing: +{dead_delta:,} in {seconds:.1f} s "
-            f"({100 * dead_delta / settled:.0f}% of the requests settled): a parser bug or "
-            f"a new block page? Look at them (scrapy leased dead) before burning through "
-            f"the queue")))
-    return out
 
 
 @dataclass(frozen=True)
@@ -267,11 +92,16 @@ class Lease:
 
 class FleetAdmin:
     def __init__(self, client: Any, keys: CrawlKeys, *, worker_ttl_ms: int = 30_000,
-                 lease_ms: int = 30_000, max_attempts: int = 4) -> None:
+                 lease_ms: int = 30_000, max_attempts: int = 4,
+                 half_life_ms: int = HALF_LIFE_MS) -> None:
+        """``half_life_ms``: LEASED_RATE_RECOVERY, for a crawl whose workers have not
+        recorded theirs in Redis (``Frontier.record_half_life``)."""
         self.client = client
         self.keys = keys
         self.worker_ttl_ms = worker_ttl_ms
-        self.frontier = Frontier(client, keys, lease_ms=lease_ms, max_attempts=max_attempts)
+        self.half_life_ms = half_life_ms
+        self.frontier = Frontier(client, keys, lease_ms=lease_ms, max_attempts=max_attempts,
+                                 half_life_ms=half_life_ms)
         self._s = register(client, "requeue_dead", "purge_dead", "read")
 
     # -- reading ---------------------------------------------------------------------
@@ -304,22 +134,24 @@ class FleetAdmin:
         k = self.keys
         async with self.client.pipeline(transaction=False) as p:
             p.zcard(k.lanes).zrevrange(k.lanes, 0, limit - 1, withscores=True)
-            total, top = await p.execute()
+            p.hget(k.meta, HALF_LIFE_FIELD)
+            total, top, recorded = await p.execute()
+        # the workers' LEASED_RATE_RECOVERY (what lib_rate.lua computes with), else ours
+        half_life_ms = int(recorded) if recorded else self.half_life_ms
         names = [as_str(name) for name, _ in top]
         async with self.client.pipeline(transaction=False) as p:
             for lane in names:
                 p.zcard(k.lane_queue(lane)).llen(k.lane_fifo(lane))
-                p.hmget(k.rate(lane), "tat", "blk", "pf", "pt", "cd")
+                p.hmget(k.rate(lane), *RATE_FIELDS)
             res = await p.execute()
         out = []
         for i, (lane, (_, ready)) in enumerate(zip(names, top)):
-            queued, (tat, blk, pf, pt, cd) = res[3 * i] + res[3 * i + 1], res[3 * i + 2]
-            tat, blk, pf, pt, cd = (float(x or 0) for x in (tat, blk, pf or 1, pt, cd))
-            factor = max(1.0, pf * 0.5 ** ((now_ms - pt) / self.frontier.half_life_ms)) \
-                if pf > 1 else 1.0
+            queued, rate = res[3 * i] + res[3 * i + 1], RateState.from_reply(res[3 * i + 2])
             out.append(LaneState(lane, int(queued), max(0.0, (ready - now_ms) / 1000),
-                                 max(0.0, (tat - now_ms) / 1000), max(0.0, (blk - now_ms) / 1000),
-                                 round(factor, 2), cd / 1000))
+                                 max(0.0, (rate.tat - now_ms) / 1000),
+                                 max(0.0, (rate.blocked_until - now_ms) / 1000),
+                                 round(rate.slowdown(now_ms, half_life_ms), 2),
+                                 rate.crawl_delay_ms / 1000))
         return int(total), out
 
     async def snapshot(self, *, workers: bool = True, memory: bool = True) -> Snapshot:

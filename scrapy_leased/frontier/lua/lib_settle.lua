@@ -23,15 +23,7 @@
 -- The `lanes` ZSET (lane -> time from which it may be served, ms) holds every lane that
 -- has queued requests, and `todo` counts them.
 --
--- An envelope is "<rid>|<attempts>|<expiries>|<priority>|<lane>|<payload>":
---   rid       request id, fixed at first enqueue (the done bitmap's offset)
---   attempts  failed or expired processing attempts so far
---   expiries  how many of those were lease expiries (its worker died while holding it:
---             workers process such a request alone, so a crash is charged to the
---             request that causes it, not to those that happened to be in flight)
---   priority  Scrapy priority (integer)
---   lane      the lane whose queue holds it (no '|'; '' is the default lane)
---   payload   the request as JSON (opaque here)
+-- Envelopes: lib_envelope.lua (prepended before this file).
 
 -- The done bitmap takes offsets below 2^32; rids beyond are never marked done.
 local MAX_BITMAP_RID = 4294967295
@@ -102,10 +94,6 @@ local function utf8_clean(s)
   return table.concat(parts)
 end
 
-local function parse_envelope(env)
-  return string.match(env, '^(%d+)|(%d+)|(%d+)|(%-?%d+)|([^|]*)|(.*)$')
-end
-
 -- The queue of a lane whose ZSET is KEYS[i] (its LIST is KEYS[i + 1]).
 local function lane_queue(i)
   return {z = KEYS[i], l = KEYS[i + 1]}
@@ -157,11 +145,11 @@ local function settle_failure(keys, q, env, reason, max_attempts, permanent, now
   if permanent or attempts >= max_attempts then
     redis.call('HSET', keys.dead, rid, cjson.encode({
       reason = clip(reason, 2000), attempts = attempts,
-      envelope = rid .. '|0|0|' .. priority .. '|' .. lane .. '|' .. payload, t = now_ms}))
+      envelope = make_envelope(rid, 0, 0, priority, lane, payload), t = now_ms}))
     redis.call('HINCRBY', keys.stats, 'dead', 1)
     return 1
   end
-  queue_push(keys, q, lane, rid .. '|' .. attempts .. '|' .. expiries .. '|' .. priority
-    .. '|' .. lane .. '|' .. payload, priority, false)
+  queue_push(keys, q, lane, make_envelope(rid, attempts, expiries, priority, lane, payload),
+    priority, false)
   return 0
 end

@@ -31,9 +31,10 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from .budget import Budgets
-from .meta import META_FREE_SINCE, META_NOT_BEFORE
-from .scheduler import leased_scheduler
+from ..config import LeasedConfig
+from ..meta import META_FREE_SINCE, META_NOT_BEFORE
+from ..scheduler import leased_scheduler
+from .budgets import Budgets
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -73,7 +74,7 @@ class LeasedRateMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, Budgets.from_settings(crawler.settings))
+        return cls(crawler, LeasedConfig.from_settings(crawler.settings).budgets)
 
     def _note_penalty(self, lane: str) -> None:
         """Remember that this worker penalized the lane now (its claims with nothing to
@@ -153,7 +154,7 @@ class LeasedRateMiddleware:
 
         try:
             robots = Protego.parse(response.text)
-        except Exception:  # noqa: BLE001 - an unreadable robots.txt has no Crawl-delay
+        except Exception:
             return
         agent = (request.headers.get(b"User-Agent") or b"").decode("latin-1") or "*"
         delay = robots.crawl_delay(agent)

@@ -31,7 +31,7 @@ for a = 1, #ARGV, 3 do
       redis.call('HDEL', KEYS[5], field)
       done = done + 1
     else
-      queue_push(keys, queue, lane, rid .. '|0|0|' .. priority .. '|' .. lane .. '|' .. payload,
+      queue_push(keys, queue, lane, make_envelope(rid, 0, 0, priority, lane, payload),
         priority, false)
       redis.call('HDEL', KEYS[5], field)
       requeued = requeued + 1

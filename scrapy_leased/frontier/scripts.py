@@ -23,17 +23,17 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-# The shared helper files (lib_*.lua) each script gets prepended, in this order.
-_LIBS: dict[str, tuple[str, ...]] = {
-    "claim": ("lib_time", "lib_settle", "lib_rate", "lib_guard"),
-    "commit": ("lib_time", "lib_settle", "lib_guard"),
+#: The shared helper files (lib_*.lua) each script gets prepended, in this order.
+LIBS: dict[str, tuple[str, ...]] = {
+    "claim": ("lib_time", "lib_envelope", "lib_settle", "lib_rate", "lib_guard"),
+    "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
     "expired": ("lib_time",),
-    "recover": ("lib_time", "lib_settle", "lib_guard"),
+    "recover": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
     "renew": ("lib_guard",),
-    "release": ("lib_settle",),
+    "release": ("lib_envelope", "lib_settle"),
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),
-    "requeue_dead": ("lib_settle",),  # admin.py (scrapy leased dead --requeue)
+    "requeue_dead": ("lib_envelope", "lib_settle"),  # fleet/admin.py (scrapy leased dead --requeue)
     "run_join": ("lib_time",),  # run.py: which worker seeds the run
     "run_leave": ("lib_time",),
     # read: several reads with the server time, atomically (read_atomic below)
@@ -42,13 +42,13 @@ _LIBS: dict[str, tuple[str, ...]] = {
 
 @cache
 def script_source(name: str) -> str:
-    lua = files("scrapy_leased").joinpath("lua")
+    lua = files("scrapy_leased.frontier").joinpath("lua")
     body = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     shebang = ""
     if body.startswith("#!"):
         shebang, _, body = body.partition("\n")
         shebang += "\n"
-    parts = [lua.joinpath(f"{lib}.lua").read_text(encoding="utf-8") for lib in _LIBS.get(name, ())]
+    parts = [lua.joinpath(f"{lib}.lua").read_text(encoding="utf-8") for lib in LIBS.get(name, ())]
     parts.append(body)
     return shebang + "\n".join(parts)
 
@@ -111,6 +111,11 @@ class _WaitedScript:
                               "pause": WAIT_PAUSE_SECONDS})
             return reply
         raise AssertionError("unreachable")
+
+
+def as_str(value: Any) -> str:
+    """A Redis reply (bytes, or str with decode_responses) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:

@@ -1,0 +1,54 @@
+"""The one way to reach a crawl's Redis: ``LEASED_REDIS_URL``, else the project's
+embedded Redis (embedded.py), for the scheduler, the upsert pipeline and the commands.
+
+Every client is built by ``connection.make_client`` (``connect`` checks it first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from .config import LeasedConfig
+from .connection import connect
+
+logger = logging.getLogger(__name__)
+
+#: What the error messages name as the source of the URL.
+URL_SETTING = "LEASED_REDIS_URL"
+EMBEDDED_SETTING = "embedded Redis (LEASED_REDIS_URL not set)"
+
+
+def crawl_redis_url(config: LeasedConfig, *, start: bool = True) -> tuple[str | None, str]:
+    """Blocking (embedded Redis may be started): the URL of the crawl's Redis and the
+    name of where it comes from. Without LEASED_REDIS_URL, the project's embedded Redis:
+    started when ``start``, else its URL only when it runs already (else None). Raises
+    EmbeddedRedisError."""
+    if config.redis_url is not None:
+        return config.redis_url, URL_SETTING
+    from .embedded import ensure_embedded_redis, running_embedded_redis
+
+    if start:
+        url: str | None = ensure_embedded_redis(config.embedded_dir, config.embedded_server)
+    else:
+        url = running_embedded_redis(config.embedded_dir)
+    return url, EMBEDDED_SETTING
+
+
+async def crawl_redis_url_async(config: LeasedConfig) -> tuple[str, str]:
+    """``crawl_redis_url`` off the event loop (a thread), starting embedded Redis."""
+    if config.redis_url is not None:
+        return config.redis_url, URL_SETTING
+    url, setting = await asyncio.to_thread(crawl_redis_url, config)
+    assert url is not None
+    return url, setting
+
+
+async def connect_crawl(config: LeasedConfig) -> tuple[Any, str]:
+    """(a checked asyncio client of the crawl's Redis, its URL); raises LeasedRedisError
+    naming the setting."""
+    url, setting = await crawl_redis_url_async(config)
+    if setting == EMBEDDED_SETTING:
+        logger.info("No LEASED_REDIS_URL: using the embedded Redis at %(url)s", {"url": url})
+    return await connect(url, setting, config.connect_timeout), url

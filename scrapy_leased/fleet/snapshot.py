@@ -1,0 +1,115 @@
+"""The crawl at one moment, as ``FleetAdmin.snapshot`` reads it from Redis."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """One worker of the registry (``workers`` + ``worker_info``)."""
+
+    id: str
+    heartbeat_ms: int
+    heartbeat_age_s: float  # seconds since its last heartbeat (Redis time)
+    alive: bool  # heartbeat younger than the worker TTL
+    inflight: int | None = None  # claims held at its last heartbeat
+    acked: int | None = None
+    capacity: int | None = None  # CONCURRENT_REQUESTS + LEASED_PREFETCH
+    host: str | None = None
+    pid: int | None = None
+    started: float | None = None  # its own clock, epoch seconds
+
+    def process_gone(self) -> bool:
+        """True when the worker ran on this machine and its process no longer exists
+        (killed: its registry entry stays until the worker TTL passes). Host and pid are
+        what the worker recorded (worker_info, from its open on); unknown: False."""
+        if self.pid is None or self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+@dataclass
+class LaneState:
+    """One lane (host) as its rate-budget state shows it (lua/lib_rate.lua)."""
+
+    lane: str
+    queued: int
+    ready_in_s: float  # 0 when it may be served now
+    ahead_s: float  # how far its GCRA arrival time runs ahead of now: budget in use
+    blocked_s: float  # left of a block set by a 429/503 (Retry-After)
+    slowdown: float  # factor on its interval after 429/503 answers (1 = none)
+    crawl_delay_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Snapshot:
+    """The crawl at one moment (``now_ms``, Redis time)."""
+
+    crawl: str
+    now_ms: int
+    todo: int
+    processing: int
+    done: int
+    dead: int
+    workers_alive: int
+    totals: dict[str, int]  # the crawl-wide counters of the ``stats`` HASH
+    done_last_minute: int  # requests newly done in the throughput window
+    window_s: float  # that window's length (50-60 s; less for a crawl younger than that)
+    workers: list[WorkerState] = field(default_factory=list)  # empty unless asked for
+    used_memory: int | None = None
+    used_memory_human: str | None = None
+    maxmemory: int | None = None
+    lanes: list[LaneState] = field(default_factory=list)  # the busiest, when asked for
+    lanes_total: int = 0
+
+    @property
+    def pages_per_min(self) -> float:
+        return self.done_last_minute * 60 / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def dead_total(self) -> int:
+        """Dead-lettered ever (``stats.dead``): grows even when letters are requeued."""
+        return self.totals.get("dead", self.dead)
+
+    def capacity(self, default_per_worker: int | None = None) -> int | None:
+        """Sum of the live workers' capacity; None when unknown."""
+        total = 0
+        for w in self.workers:
+            if w.alive:
+                cap = w.capacity if w.capacity is not None else default_per_worker
+                if cap is None:
+                    return None
+                total += cap
+        return total if self.workers else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "crawl": self.crawl,
+            "time": self.now_ms / 1000,
+            "todo": self.todo,
+            "processing": self.processing,
+            "done": self.done,
+            "dead": self.dead,
+            "workers_alive": self.workers_alive,
+            "workers": [asdict(w) for w in self.workers],
+            "throughput": {"pages_per_min": round(self.pages_per_min, 1),
+                           "done_last_minute": self.done_last_minute,
+                           "window_s": round(self.window_s, 3)},
+            "redis_used_memory": self.used_memory,
+            "redis_used_memory_human": self.used_memory_human,
+            "redis_maxmemory": self.maxmemory,
+            "totals": dict(self.totals),
+        }
