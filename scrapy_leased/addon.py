@@ -11,6 +11,7 @@ from .dupefilter import LeasedDupeFilter
 from .logstats import LeasedLogStats, logstats_interval
 from .budget import Budgets
 from .middleware import LeasedFailureMiddleware
+from .observe.stats import LeasedFleetStats, fleet_stats_enabled
 from .ratelimit import LeasedRateMiddleware
 from .scheduler import LeasedScheduler
 from .seeding import LeasedStartMiddleware
@@ -31,6 +32,9 @@ UPSERT_PIPELINE_ORDER = 800
 UPSERT_FENCE_MIDDLEWARE_ORDER = 10
 #: The fleet log line (like Scrapy's LogStats, also at 0).
 LOGSTATS_EXTENSION_ORDER = 0
+#: After Scrapy's CoreStats (0), so its spider_closed handler has set finish_time
+#: when the fleet stats take the worker's last stats.
+FLEET_STATS_EXTENSION_ORDER = 1000
 #: Next to the engine, so no other spider middleware's process_start runs on a worker
 #: that does not seed the run.
 START_MIDDLEWARE_ORDER = 0
@@ -82,6 +86,10 @@ class Addon:
         if logstats_interval(settings):  # validated here: a bad value stops the crawl
             settings.setdefault_in_component_priority_dict(
                 "EXTENSIONS", LeasedLogStats, LOGSTATS_EXTENSION_ORDER
+            )
+        if fleet_stats_enabled(settings):
+            settings.setdefault_in_component_priority_dict(
+                "EXTENSIONS", LeasedFleetStats, FLEET_STATS_EXTENSION_ORDER
             )
         if UpsertConfig.from_settings(settings).enabled:
             settings.setdefault_in_component_priority_dict(

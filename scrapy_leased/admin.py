@@ -23,6 +23,7 @@ from typing import Any
 
 from .frontier import Envelope, ExtraKeys, Frontier, NewRequest, as_str
 from .keys import KEY_PREFIX, CrawlKeys
+from .observe.flush import decode_fleet_stats
 from .scripts import pairs, read_atomic, register
 from .topology import scan_batches, server_info
 
@@ -116,6 +117,8 @@ class Snapshot:
     maxmemory: int | None = None
     lanes: list[LaneState] = field(default_factory=list)  # the busiest, when asked for
     lanes_total: int = 0
+    #: The fleet's Scrapy stats (observe/flush.py): every worker's, added up
+    stats: dict[str, int | float] = field(default_factory=dict)
 
     @property
     def pages_per_min(self) -> float:
@@ -154,6 +157,7 @@ class Snapshot:
             "redis_used_memory_human": self.used_memory_human,
             "redis_maxmemory": self.maxmemory,
             "totals": dict(self.totals),
+            "stats": dict(self.stats),
         }
 
 
@@ -328,7 +332,9 @@ class FleetAdmin:
         reads: list[tuple[Any, ...]] = [("HGETALL", k.throughput)]
         if workers:
             reads += [("ZRANGE", k.workers, 0, -1, "WITHSCORES"), ("HGETALL", k.worker_info)]
+        reads.append(("HGETALL", k.fleet_stats))
         now_ms, res = await read_atomic(self._s["read"], *reads)
+        fleet_stats = decode_fleet_stats(pairs(res.pop()))
         current = now_ms // THROUGHPUT_BUCKET_MS
         first = current - THROUGHPUT_BUCKETS + 1
         buckets = {int(b): int(v) for b, v in pairs(res[0]) if first <= int(b) <= current}
@@ -343,7 +349,7 @@ class FleetAdmin:
             crawl=k.crawl_id, now_ms=now_ms, todo=counts["todo"],
             processing=counts["processing"], done=counts["done"], dead=counts["dead"],
             workers_alive=counts["workers_alive"], totals=totals, done_last_minute=recent,
-            window_s=window_ms / 1000)
+            window_s=window_ms / 1000, stats=fleet_stats)
         if workers:
             snap.workers = self._workers(now_ms, [(w, float(s)) for w, s in pairs(res[1])],
                                          dict(pairs(res[2])))
