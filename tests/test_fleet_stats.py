@@ -75,7 +75,7 @@ def test_deltas_added_maxima_kept_times_first_and_last(redis_server, crawl_id):
         "item_scraped_count": 12, "response_received_count": 4, "memusage/max": 150,
         "request_depth_max": 4, "downloader/response_bytes": 11.0, "log_count/ERROR": 1,
         "start_time": t0.timestamp(), "finish_time": t2.timestamp(),
-        "elapsed_time_seconds": 540.0,
+        "elapsed_time_seconds": 540.0, "responses_per_minute": 4 / 9, "items_per_minute": 12 / 9,
     }
 
 

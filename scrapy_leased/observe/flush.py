@@ -5,7 +5,8 @@ flush to lua/stats_flush.lua, which adds it to the crawl's ``fleet_stats`` HASH:
 added up (HINCRBY / HINCRBYFLOAT), maxima (``*max``, ``memusage/startup``) kept as
 maxima, ``start_time`` kept as the first and ``finish_time`` as the last (epoch
 seconds). Other values (strings, booleans, other datetimes) are not sent;
-``elapsed_time_seconds`` is derived when reading (last finish minus first start).
+``elapsed_time_seconds`` (last finish minus first start), ``responses_per_minute`` and
+``items_per_minute`` are derived when reading.
 
 Each flush carries the worker's next sequence number, and a flush that failed is sent
 again unchanged (same number, same deltas) before anything new: Redis applies it once
@@ -29,7 +30,8 @@ from ..scripts import register
 SEQ_TTL_MS = 3_600_000
 FIRST = {"start_time"}  # datetimes kept as the first
 LAST = {"finish_time"}  # datetimes kept as the last
-DERIVED = {"elapsed_time_seconds"}  # computed from them when reading
+#: Computed when reading, from the fleet's times and counts (as CoreStats and LogStats do)
+DERIVED = {"elapsed_time_seconds", "responses_per_minute", "items_per_minute"}
 MAX_NAMES = {"memusage/startup"}  # levels, not counts: the fleet's largest
 
 
@@ -128,5 +130,9 @@ def decode_fleet_stats(flat: Iterable[tuple[Any, Any]]) -> dict[str, int | float
         out[name] = int(number) if number.is_integer() and name not in FIRST | LAST else number
     start, finish = out.get("start_time"), out.get("finish_time")
     if start is not None and finish is not None:
-        out["elapsed_time_seconds"] = round(finish - start, 6)
+        elapsed = out["elapsed_time_seconds"] = round(finish - start, 6)
+        if elapsed > 0:
+            minutes = elapsed / 60
+            out["responses_per_minute"] = out.get("response_received_count", 0) / minutes
+            out["items_per_minute"] = out.get("item_scraped_count", 0) / minutes
     return dict(sorted(out.items()))

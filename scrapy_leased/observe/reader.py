@@ -62,6 +62,17 @@ class FleetReader:
             self._crawls = (now, await FleetAdmin.list_crawls(self.client))
         return list(self._crawls[1])
 
+    async def known(self, crawl: str) -> bool:
+        """Whether the crawl is shown: in the list, or (younger than the cached list)
+        with state in this Redis (one EXISTS)."""
+        if crawl in await self.crawls():
+            return True
+        if self._fixed is not None or not await self.admin(crawl).exists():
+            return False
+        if self._crawls is not None:
+            self._crawls = (self._crawls[0], sorted({*self._crawls[1], crawl}))
+        return True
+
     def admin(self, crawl: str) -> FleetAdmin:
         if crawl not in self._admins:
             self._admins[crawl] = FleetAdmin(self.client, CrawlKeys(crawl), **self._admin_args)

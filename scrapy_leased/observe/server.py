@@ -62,13 +62,15 @@ def dashboard_app(reader: FleetReader, default: str | None, allow_writes: bool) 
                             headers={"Cache-Control": "no-cache"})
 
     async def crawls(request: web.Request) -> web.Response:
+        if default is not None:
+            await reader.known(default)  # started after the list was read
         names = await reader.crawls()
         return web.json_response({"crawls": names, "allow_writes": allow_writes,
                                   "default": default if default in names or not names
                                   else names[0]})
 
     async def crawl_of(request: web.Request, crawl: Any) -> str:
-        if not isinstance(crawl, str) or crawl not in await reader.crawls():
+        if not isinstance(crawl, str) or not await reader.known(crawl):
             raise web.HTTPNotFound(text=f"no crawl {crawl!r} here")
         return crawl
 

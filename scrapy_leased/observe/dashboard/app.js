@@ -144,9 +144,10 @@ async function start() {
   state.allowWrites = info.allow_writes;
   $("#mode").textContent = info.allow_writes ? "writes allowed" : "read-only";
   $("#mode").className = info.allow_writes ? "writes" : "";
-  if (!state.crawl || !info.crawls.includes(state.crawl)) state.crawl = info.default;
+  if (!state.crawl) state.crawl = info.default;
+  const names = state.crawl && !info.crawls.includes(state.crawl) ? [...info.crawls, state.crawl] : info.crawls;
   const picker = $("#crawl");
-  picker.replaceChildren(...info.crawls.map((c) => el("option", { value: c }, c)));
+  picker.replaceChildren(...names.map((c) => el("option", { value: c }, c)));
   if (state.crawl) picker.value = state.crawl;
   picker.onchange = () => {
     state.crawl = picker.value;
