@@ -434,6 +434,12 @@ def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis
         if cur.lanes_total > len(cur.lanes):
             lines.append(f"  ... {cur.lanes_total - len(cur.lanes):,} more hosts with queued "
                          f"requests")
+    if cur.stats:
+        from ..observe.flush import headline_stats
+
+        lines += ["", "  Scrapy stats of the whole fleet (all workers added up; all: --json)"]
+        lines += [f"  {name:<44} {value:>14,}" if isinstance(value, int) else
+                  f"  {name:<44} {value:>14,.1f}" for name, value in headline_stats(cur.stats)]
     if alive:
         lines += ["", f"  {'worker':<34} {'heartbeat':>11} {'in flight':>10} {'acked':>10}"]
         for w in alive:

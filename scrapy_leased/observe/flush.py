@@ -136,3 +136,17 @@ def decode_fleet_stats(flat: Iterable[tuple[Any, Any]]) -> dict[str, int | float
             out["responses_per_minute"] = out.get("response_received_count", 0) / minutes
             out["items_per_minute"] = out.get("item_scraped_count", 0) / minutes
     return dict(sorted(out.items()))
+
+
+#: The fleet stats ``scrapy leased status`` lists (``--json`` gives them all).
+HEADLINE = ("item_scraped_count", "item_dropped_count", "response_received_count",
+            "downloader/request_count", "downloader/exception_count", "log_count/ERROR",
+            "log_count/WARNING", "elapsed_time_seconds")
+HEADLINE_PREFIXES = ("downloader/response_status_count/",)
+
+
+def headline_stats(stats: Mapping[str, int | float]) -> list[tuple[str, int | float]]:
+    """The fleet stats worth a line in ``status``, in a fixed order."""
+    out = [(name, stats[name]) for name in HEADLINE if name in stats]
+    out += sorted((n, v) for n, v in stats.items() if n.startswith(HEADLINE_PREFIXES))
+    return out
