@@ -5,6 +5,7 @@
 
 const params = new URLSearchParams(location.search);
 const INTERVAL_MS = 1000 * (Number(params.get("interval")) || 2);
+const DEAD_ROWS = Number(params.get("dead_rows")) || 10; // dead letters listed, newest first
 const $ = (sel) => document.querySelector(sel);
 const state = { crawl: params.get("crawl"), allowWrites: false, timer: null, pending: null };
 
@@ -107,17 +108,19 @@ function render(data) {
   $("#hosts-more").textContent = more > 0 ? `... ${fmt(more)} more hosts with queued requests` : "";
 
   const writes = data.allow_writes;
-  fillTable("#dead", data.dead_letters.map((d) => el("tr", { "data-rid": d.rid },
+  const letters = data.dead_letters.slice(0, DEAD_ROWS);
+  fillTable("#dead", letters.map((d) => el("tr", { "data-rid": d.rid },
     el("td", {}, when(d.time)), el("td", {}, d.url ? `${d.method} ${d.url}` : "(unreadable envelope)"),
     el("td", { class: "n" }, d.attempts), el("td", { class: "reason" }, d.reason),
     el("td", {}, ...(writes ? [
       el("button", { class: "requeue", onclick: () => deadAction("requeue", d.url || d.rid, { rids: [d.rid] }) }, "requeue"), " ",
       el("button", { class: "purge danger", onclick: () => deadAction("purge", d.url || d.rid, { rids: [d.rid] }) }, "purge")] : [])))),
     "no dead letters");
-  $("#dead-actions").replaceChildren(...(writes && s.dead ? [
-    el("button", { class: "requeue-all", onclick: () => deadAction("requeue", `all ${fmt(s.dead)} dead letters`, { all: true }) }, "requeue all"), " ",
-    el("button", { class: "purge-all danger", onclick: () => deadAction("purge", `all ${fmt(s.dead)} dead letters`, { all: true }) }, "purge all")] : [
-    el("span", { class: "empty" }, s.dead > data.dead_letters.length ? `(${fmt(data.dead_letters.length)} of ${fmt(s.dead)} shown)` : "")]));
+  $("#dead-actions").replaceChildren(
+    el("span", { class: "empty" }, s.dead > letters.length ? `(${fmt(letters.length)} of ${fmt(s.dead)} shown) ` : ""),
+    ...(writes && s.dead ? [
+      el("button", { class: "requeue-all", onclick: () => deadAction("requeue", `all ${fmt(s.dead)} dead letters`, { all: true }) }, "requeue all"), " ",
+      el("button", { class: "purge-all danger", onclick: () => deadAction("purge", `all ${fmt(s.dead)} dead letters`, { all: true }) }, "purge all")] : []));
 
   $("#stats").replaceChildren(...Object.entries(s.stats).map(([k, v]) =>
     el("div", { "data-stat": k }, el("span", {}, k), el("span", { "data-value": v }, k.endsWith("_time") ? when(v) : fmt(v, 3)))));
