@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from datetime import datetime, timezone
+
+import pytest
 
 from scrapy_leased.connection import make_client
 from scrapy_leased.keys import CrawlKeys
@@ -19,17 +20,7 @@ from scrapy_leased.scripts import script_source
 from tests.support.proxy import ProxyProcess
 from tests.support.redis_server import RedisServer
 from tests.test_commands import status_json
-
-
-def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout}s")
-        time.sleep(interval)
+from tests.test_faults import wait_for
 
 
 def flush_all(url: str, crawl: str, worker: str, batches: list[dict], seqs=None) -> StatsFlusher:
@@ -155,3 +146,19 @@ def test_fleet_totals_after_a_kill9_and_a_restart(redis_server, crawl_id, make_s
     assert stats["elapsed_time_seconds"] > 0
     # a worker's own stats dump stays as in Scrapy: its share only
     assert all(w.stats()["item_scraped_count"] < n_pages for w in workers[1:])
+
+
+def test_fleet_stats_setting():
+    from scrapy.settings import Settings
+
+    from scrapy_leased.addon import Addon
+    from scrapy_leased.config import LeasedConfigError
+    from scrapy_leased.observe.stats import LeasedFleetStats
+
+    on, off = Settings(), Settings({"LEASED_FLEET_STATS": False})
+    for s in (on, off):
+        Addon().update_settings(s)
+    assert LeasedFleetStats in on.getdict("EXTENSIONS")
+    assert LeasedFleetStats not in off.getdict("EXTENSIONS")
+    with pytest.raises(LeasedConfigError, match=r"LEASED_FLEET_STATS \('maybe'\)"):
+        Addon().update_settings(Settings({"LEASED_FLEET_STATS": "maybe"}))

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrapy_leased.keys import CrawlKeys
 from tests.support.observe import LeasedServer
 from tests.test_commands import status_json
-from tests.test_fleet_stats import wait_for
+from tests.test_faults import wait_for
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 SETTINGS = {"LEASED_LEASE_SECONDS": 30.0, "CONCURRENT_REQUESTS": 4,

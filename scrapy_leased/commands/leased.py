@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from collections import deque
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -264,8 +265,8 @@ async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
     try:
         from ..observe.reader import FleetReader
         from ..observe.server import dashboard_app, metrics_app, serve
-        if sub == "metrics":
-            from ..observe import metrics  # noqa: F401  (prometheus-client installed?)
+        if sub == "metrics":  # prometheus-client installed?
+            import_module("..observe.metrics", __package__)
     except ImportError as exc:
         raise CommandError(str(exc)) from None
     crawl: str | None = crawl_arg

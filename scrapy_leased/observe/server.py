@@ -41,9 +41,12 @@ def metrics_app(reader: FleetReader) -> web.Application:
         return web.Response(body=render(readings),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    async def index(request: web.Request) -> web.Response:
+        raise web.HTTPFound("/metrics")
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/", lambda r: web.HTTPFound("/metrics"))
+    app.router.add_get("/", index)
     return app
 
 
