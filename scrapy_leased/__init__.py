@@ -1,5 +1,6 @@
 """scrapy_leased: one Scrapy crawl on many workers, with every request leased from Redis."""
 
+from ._version import __version__
 from .addon import Addon
 from .dupefilter import LeasedDupeFilter
 from .middleware import LeasedFailureMiddleware
@@ -7,4 +8,3 @@ from .scheduler import LeasedScheduler, claim_token
 
 __all__ = ["Addon", "LeasedDupeFilter", "LeasedFailureMiddleware", "LeasedScheduler",
            "claim_token"]
-__version__ = "0.1.0"

@@ -13,7 +13,7 @@ NEWSPIDER_MODULE = "example.spiders"
 ADDONS = {"scrapy_leased.Addon": 100}
 # LEASED_REDIS_URL = "redis://127.0.0.1:6379/0"  # unset: the embedded Redis
 
-# Be an honest crawler: say who you are, honour robots.txt (the practice run gives
+# Be an honest crawler: say who you are, honour robots.txt (the demo gives
 # each worker its own User-Agent, so the test site's log tells them apart).
 USER_AGENT = "scrapy-leased-example/1.0 (+https://github.com/scrapy-leased)"
 ROBOTSTXT_OBEY = True

@@ -15,8 +15,8 @@
    Scrapy's defaults and once with ``leased_plugin.py`` (the add-on in Scrapy's default
    settings, a fresh ``LEASED_CRAWL_ID`` per crawler).
 5. Prints, per mode, the tests that pass by default and not with the add-on. Those
-   listed in ``allowlist.txt`` (next to this file, each with its reason; mirrored in the
-   README's "Differences from Scrapy's scheduler") are expected; any other one makes
+   listed in ``allowlist.txt`` (next to this file, each with its reason; mirrored in
+   docs/compatibility.md, which a test keeps complete) are expected; any other one makes
    the exit status 1. Allowed tests that pass now are reported (the list can shrink).
 """
 
@@ -104,7 +104,7 @@ def prepare_python(cache: Path, scrapy_version: str, in_place: bool) -> str:
             subprocess.run([sys.executable, "-m", "pip", "install", "-q", *TEST_DEPS], check=True)
         return sys.executable
     reqs = [f"scrapy=={scrapy_version}", *TEST_DEPS]
-    stamp = hashlib.sha1(json.dumps([reqs, (REPO / "setup.cfg").read_text()]).encode()).hexdigest()
+    stamp = hashlib.sha1(json.dumps([reqs, (REPO / "pyproject.toml").read_text()]).encode()).hexdigest()
     env_dir = cache / f"venv-{scrapy_version}-py{sys.version_info[0]}{sys.version_info[1]}"
     python = env_dir / "bin" / "python"
     marker = env_dir / ".leased-compat"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The practice of "Scaling a Crawl Across Workers", in one command.
+"""The demo: a fleet of three workers surviving a kill -9, in one command.
 
-    python example_project/practice.py            # 5,000 pages, 3 workers, one kill -9
+    python example_project/demo.py            # 5,000 pages, 3 workers, one kill -9
 
 1. Starts the bundled test site (testsite.py: 5,000 pages, spread over 3 hosts
    127.0.0.1-3 on Linux; every request logged with its time and User-Agent).
@@ -104,10 +104,10 @@ class Victim:
     recovered_ms: dict[int, int] = field(default_factory=dict)  # token -> first seen gone
 
 
-class Practice:
+class Demo:
     def __init__(self, opts: argparse.Namespace) -> None:
         self.opts = opts
-        self.out = Path(opts.out or HERE / ".practice" / time.strftime("%Y%m%d-%H%M%S"))
+        self.out = Path(opts.out or HERE / ".demo" / time.strftime("%Y%m%d-%H%M%S"))
         self.out.mkdir(parents=True, exist_ok=True)
         self.lease_ms = int(opts.lease * 1000)
         self.workers: list[Worker] = []
@@ -132,7 +132,7 @@ class Practice:
         return url
 
     def start_worker(self, name: str) -> Worker:
-        ua = f"leased-practice-{name}"
+        ua = f"leased-demo-{name}"
         settings = {
             "USER_AGENT": ua,
             "LEASED_CRAWL_ID": self.opts.crawl_id,
@@ -481,14 +481,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave the embedded Redis running at the end, to explore with "
                          "`scrapy leased status` in example_project/")
     ap.add_argument("--out",
-                    help="directory for the logs (default example_project/.practice/<time>)")
+                    help="directory for the logs (default example_project/.demo/<time>)")
     ap.add_argument("--report", help="also write the report as JSON to this file")
     ap.add_argument("--timeout", type=float, default=600.0, help="give up after (600 s)")
     opts = ap.parse_args(argv)
     if opts.workers < 2:
         ap.error("--workers must be at least 2 (one is killed)")
     try:
-        report = asyncio.run(Practice(opts).run())
+        report = asyncio.run(Demo(opts).run())
     except KeyboardInterrupt:
         print("\ninterrupted")
         return 130

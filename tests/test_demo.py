@@ -1,5 +1,5 @@
-"""The lesson's practice, run exactly as a newcomer runs it (example_project/practice.py):
-the 5,000-page test site, three ``scrapy crawl`` workers, one killed with kill -9 and
+"""The demo (example_project/demo.py), run exactly as a newcomer runs it: a fleet surviving
+a kill -9. The 5,000-page test site, three ``scrapy crawl`` workers, one killed with kill -9 and
 restarted, a shared per-host rate budget, and the embedded Redis (no LEASED_REDIS_URL).
 Takes about half a minute."""
 
@@ -16,19 +16,19 @@ from scrapy_leased.embedded import stop_embedded_redis
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_practice_run(tmp_path: Path, crawl_id: str) -> None:
+def test_demo_run(tmp_path: Path, crawl_id: str) -> None:
     data_dir = tmp_path / "redis"
     report_path = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SCRAPY_") and k != "LEASED_REDIS_URL"}
-    cmd = [sys.executable, str(REPO / "example_project" / "practice.py"),
+    cmd = [sys.executable, str(REPO / "example_project" / "demo.py"),
            "--crawl-id", crawl_id, "--embedded-dir", str(data_dir),
            "--out", str(tmp_path / "run"), "--report", str(report_path)]
     try:
         res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
                              timeout=600)
     finally:
-        stop_embedded_redis(data_dir)  # already stopped by the practice, unless it failed
+        stop_embedded_redis(data_dir)  # already stopped by the demo, unless it failed
     out = res.stdout + res.stderr
     print(out)  # the live progress and the report, in the test's captured output
     assert res.returncode == 0, out[-6000:]
