@@ -9,6 +9,7 @@ from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
 from .logstats import LeasedLogStats
 from .middleware import LeasedFailureMiddleware
+from .observe.stats import LeasedFleetStats
 from .ratelimit.middleware import LeasedRateMiddleware
 from .scheduler import LeasedScheduler
 from .seeding import LeasedStartMiddleware
@@ -29,6 +30,9 @@ UPSERT_PIPELINE_ORDER = 800
 UPSERT_FENCE_MIDDLEWARE_ORDER = 10
 #: The fleet log line (like Scrapy's LogStats, also at 0).
 LOGSTATS_EXTENSION_ORDER = 0
+#: After Scrapy's CoreStats (0), so its spider_closed handler has set finish_time
+#: when the fleet stats take the worker's last stats.
+FLEET_STATS_EXTENSION_ORDER = 1000
 #: Next to the engine, so no other spider middleware's process_start runs on a worker
 #: that does not seed the run.
 START_MIDDLEWARE_ORDER = 0
@@ -79,6 +83,10 @@ class Addon:
         if config.logstats_interval:
             settings.setdefault_in_component_priority_dict(
                 "EXTENSIONS", LeasedLogStats, LOGSTATS_EXTENSION_ORDER
+            )
+        if config.fleet_stats:
+            settings.setdefault_in_component_priority_dict(
+                "EXTENSIONS", LeasedFleetStats, FLEET_STATS_EXTENSION_ORDER
             )
         if config.upsert.enabled:
             settings.setdefault_in_component_priority_dict(

@@ -195,6 +195,7 @@ class LeasedConfig:
     prefetch: int
     fail_http_codes: frozenset[int]
     retry_errors: bool
+    fleet_stats: bool  # LEASED_FLEET_STATS: add this worker's Scrapy stats to the crawl's
     embedded_dir: Path
     embedded_server: str | None
     connect_timeout: float
@@ -253,6 +254,7 @@ class LeasedConfig:
                              exclusive=False),
             fail_http_codes=fail_codes,
             retry_errors=bool_setting(settings, "LEASED_RETRY_ERRORS", False),
+            fleet_stats=bool_setting(settings, "LEASED_FLEET_STATS", True),
             embedded_dir=Path(data_path(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR)),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
             connect_timeout=number_setting(settings, "LEASED_CONNECT_TIMEOUT",

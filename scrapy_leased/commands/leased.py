@@ -4,6 +4,8 @@
     scrapy leased dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]
     scrapy leased seed   [CRAWL] URL ... | -f FILE | -
     scrapy leased reset  [CRAWL] --yes
+    scrapy leased metrics   [CRAWL | --all-crawls] [--bind HOST] [--port N]
+    scrapy leased dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]
 
 CRAWL defaults to the project's LEASED_CRAWL_ID, else to the name of the project's
 only spider. Redis: ``--redis-url``, else the project's LEASED_REDIS_URL, else the
@@ -23,6 +25,7 @@ import signal
 import sys
 import time
 from collections import deque
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,7 +38,13 @@ from scrapy.utils.request import RequestFingerprinter
 
 from ..bootstrap import crawl_redis_url
 from ..codec import encode_request
-from ..config import LeasedConfig, LeasedConfigError, check_crawl_id, check_redis_url
+from ..config import (
+    CRAWL_ID_RE,
+    LeasedConfig,
+    LeasedConfigError,
+    check_crawl_id,
+    check_redis_url,
+)
 from ..connection import make_client, redact
 from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
 from ..frontier import CrawlKeys, NewRequest
@@ -47,7 +56,10 @@ if TYPE_CHECKING:
 
     from scrapy.settings import Settings
 
-SUBCOMMANDS = ("status", "dead", "seed", "reset")
+SUBCOMMANDS = ("status", "dead", "seed", "reset", "metrics", "dashboard")
+SERVERS = ("metrics", "dashboard")  # observe/: HTTP servers, reading Redis only
+METRICS_PORT = 9410
+DASHBOARD_PORT = 8410
 WATCH_INTERVAL_SECONDS = 2.0  # --watch redraws this often
 SAMPLE_SECONDS = 2.0  # one status: two samples this far apart give the trends
 WATCH_TREND_SECONDS = 10.0  # --watch: trends against the sample this old
@@ -66,11 +78,13 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return ("status|dead|seed|reset [CRAWL] [options]\n\n"
+        return ("status|dead|seed|reset|metrics|dashboard [CRAWL] [options]\n\n"
                 "  status [CRAWL] [--watch] [--json]\n"
                 "  dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]\n"
                 "  seed   [CRAWL] URL ... | -f FILE | -\n"
-                "  reset  [CRAWL] --yes")
+                "  reset  [CRAWL] --yes\n"
+                "  metrics   [CRAWL | --all-crawls] [--bind HOST] [--port N]\n"
+                "  dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]")
 
     def short_desc(self) -> str:
         return "Watch and run a leased crawl: status, dead letters, seeding, reset"
@@ -107,6 +121,16 @@ class Command(ScrapyCommand):
                        help="seed: read URLs from FILE, one a line ('-': stdin)")
         g.add_argument("--yes", action="store_true",
                        help="reset: really delete every key of the crawl")
+        g.add_argument("--bind", metavar="HOST", default="127.0.0.1",
+                       help="metrics, dashboard: address to listen on (default 127.0.0.1)")
+        g.add_argument("--port", type=int, default=None, metavar="N",
+                       help=f"metrics, dashboard: port (default {METRICS_PORT}, "
+                            f"{DASHBOARD_PORT}; 0: any free port, printed)")
+        g.add_argument("--all-crawls", action="store_true",
+                       help="metrics: every crawl in this Redis (default without CRAWL, "
+                            "LEASED_CRAWL_ID or a single project spider)")
+        g.add_argument("--allow-writes", action="store_true",
+                       help="dashboard: offer requeue and purge of dead letters")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if not args or args[0] not in SUBCOMMANDS:
@@ -136,6 +160,9 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
         "--purge": opts.purge is not None and sub != "dead",
         "--file": bool(opts.file) and sub != "seed",
         "--yes": opts.yes and sub != "reset",
+        "--port": opts.port is not None and sub not in SERVERS,
+        "--all-crawls": opts.all_crawls and sub != "metrics",
+        "--allow-writes": opts.allow_writes and sub != "dashboard",
     }
     bad = [name for name, wrong in misplaced.items() if wrong]
     if bad:
@@ -167,6 +194,8 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
         except Exception as exc:
             raise CommandError(f"cannot reach Redis at {redact(url)} ({source}): "
                                f"{type(exc).__name__}: {exc}") from None
+        if sub in SERVERS:
+            return await _serve(sub, crawl_arg, opts, settings, config, client, redact(url))
         crawl = await _crawl_id(crawl_arg, settings, config, client)
         admin = FleetAdmin(client, CrawlKeys(crawl), worker_ttl_ms=int(config.worker_ttl * 1000),
                            lease_ms=config.lease_ms, max_attempts=config.max_attempts,
@@ -238,6 +267,46 @@ async def _crawl_id(arg: str | None, settings: Settings, config: LeasedConfig,
                        f"in this Redis: {', '.join(crawls) or 'none'}")
 
 
+# -- metrics, dashboard ---------------------------------------------------------------
+
+
+async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
+                 settings: Settings, config: LeasedConfig, client: Any, where: str) -> int:
+    try:
+        from ..observe.reader import FleetReader
+        from ..observe.server import dashboard_app, metrics_app, serve
+        if sub == "metrics":  # prometheus-client installed?
+            import_module("..observe.metrics", __package__)
+    except ImportError as exc:
+        raise CommandError(str(exc)) from None
+    crawl: str | None = crawl_arg
+    if crawl is None and not opts.all_crawls:
+        try:
+            crawl = await _crawl_id(None, settings, config, client)
+        except CommandError:
+            crawl = None  # no default crawl: every crawl of this Redis
+    if crawl is not None and not CRAWL_ID_RE.match(crawl):
+        raise CommandError(f"CRAWL ({crawl!r}) must be a crawl id without spaces or braces")
+    try:
+        budgets = Budgets.from_settings(settings)
+    except LeasedConfigError as exc:
+        raise CommandError(str(exc)) from None
+    only = [crawl] if sub == "metrics" and crawl is not None else None
+    reader = FleetReader(client, where, budgets, worker_ttl_ms=int(config.worker_ttl * 1000),
+                         lease_ms=config.lease_ms, max_attempts=config.max_attempts,
+                         default_capacity=settings.getint("CONCURRENT_REQUESTS"), crawls=only)
+    if sub == "metrics":
+        app, port, what = metrics_app(reader), METRICS_PORT, "Prometheus metrics"
+    else:
+        app, port, what = dashboard_app(reader, crawl, opts.allow_writes), DASHBOARD_PORT, (
+            "Dashboard" + (" (writes allowed)" if opts.allow_writes else " (read-only)"))
+    try:
+        await serve(app, opts.bind, port if opts.port is None else opts.port, what)
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {opts.bind}:{opts.port}: {exc.strerror}") from None
+    return 0
+
+
 # -- status ---------------------------------------------------------------------------
 
 
@@ -251,7 +320,8 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
             prev = await admin.snapshot(workers=False, memory=False)
             await asyncio.sleep(sample)
         cur = await admin.snapshot()
-        _print_status(cur, prev, _warnings(cur, prev, default_cap), opts.json, where, budgets)
+        warnings = status_warnings(cur, prev, default_cap)
+        _print_status(cur, prev, warnings, opts.json, where, budgets)
         return 0
     trend = WATCH_TREND_SECONDS if opts.sample is None else opts.sample
     history: deque[Snapshot] = deque()
@@ -272,7 +342,7 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
                 history.popleft()  # keep the newest sample at least `trend` old, if any
             prev = history[0] if history and trend > 0 else None
             history.append(cur)
-            warnings = _warnings(cur, prev, default_cap)
+            warnings = status_warnings(cur, prev, default_cap)
             if not opts.json:
                 sys.stdout.write(CLEAR)
             _print_status(cur, prev, warnings, opts.json, where, budgets)
@@ -282,7 +352,9 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
     return 0
 
 
-def _warnings(cur: Snapshot, prev: Snapshot | None, default_cap: int) -> list[Diagnosis]:
+def status_warnings(cur: Snapshot, prev: Snapshot | None,
+                    default_cap: int) -> list[Diagnosis]:
+    """The warnings ``status`` shows (the lesson's, and Redis memory)."""
     out = diagnose(cur, prev, default_cap)
     if cur.maxmemory and cur.used_memory and cur.used_memory > MEMORY_WARN_SHARE * cur.maxmemory:
         out.append(Diagnosis("memory", (
@@ -300,17 +372,23 @@ def _budget_text(budgets: Budgets, lane: str) -> str:
     return f"{rate} burst {b.burst}"
 
 
+def status_doc(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis], where: str,
+               budgets: Budgets) -> dict[str, Any]:
+    """What ``status --json`` prints (also served by ``dashboard``)."""
+    doc = cur.to_dict()
+    doc["redis"] = where
+    doc["sample_s"] = round(_dt(prev, cur), 3) if prev else 0
+    doc["throughput"]["sample_pages_per_min"] = round(_rate(prev, cur), 1) if prev else None
+    doc["budget"] = {"lanes_total": cur.lanes_total, "lanes": [
+        {**lane.to_dict(), "budget": _budget_text(budgets, lane.lane)} for lane in cur.lanes]}
+    doc["warnings"] = [{"code": d.code, "message": d.message} for d in warnings]
+    return doc
+
+
 def _print_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
                   as_json: bool, where: str, budgets: Budgets) -> None:
     if as_json:
-        doc = cur.to_dict()
-        doc["redis"] = where
-        doc["sample_s"] = round(_dt(prev, cur), 3) if prev else 0
-        doc["throughput"]["sample_pages_per_min"] = round(_rate(prev, cur), 1) if prev else None
-        doc["budget"] = {"lanes_total": cur.lanes_total, "lanes": [
-            {**lane.to_dict(), "budget": _budget_text(budgets, lane.lane)} for lane in cur.lanes]}
-        doc["warnings"] = [{"code": d.code, "message": d.message} for d in warnings]
-        print(json.dumps(doc), flush=True)
+        print(json.dumps(status_doc(cur, prev, warnings, where, budgets)), flush=True)
         return
     print(render_status(cur, prev, warnings, where, budgets), flush=True)
 
@@ -374,6 +452,12 @@ def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis
         if cur.lanes_total > len(cur.lanes):
             lines.append(f"  ... {cur.lanes_total - len(cur.lanes):,} more hosts with queued "
                          f"requests")
+    if cur.stats:
+        from ..observe.flush import headline_stats
+
+        lines += ["", "  Scrapy stats of the whole fleet (all workers added up; all: --json)"]
+        lines += [f"  {name:<44} {value:>14,}" if isinstance(value, int) else
+                  f"  {name:<44} {value:>14,.1f}" for name, value in headline_stats(cur.stats)]
     if alive:
         lines += ["", f"  {'worker':<34} {'heartbeat':>11} {'in flight':>10} {'acked':>10}"]
         for w in alive:

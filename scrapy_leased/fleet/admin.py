@@ -23,6 +23,7 @@ from ..frontier import Envelope, Frontier, NewRequest
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys
 from ..frontier.machine import HALF_LIFE_FIELD
 from ..frontier.scripts import as_str, pairs, read_atomic, register
+from ..observe.flush import decode_fleet_stats
 from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
 from ..topology import scan_batches, server_info
 from .snapshot import LaneState, Snapshot, WorkerState
@@ -160,7 +161,9 @@ class FleetAdmin:
         reads: list[tuple[Any, ...]] = [("HGETALL", k.throughput)]
         if workers:
             reads += [("ZRANGE", k.workers, 0, -1, "WITHSCORES"), ("HGETALL", k.worker_info)]
+        reads.append(("HGETALL", k.fleet_stats))
         now_ms, res = await read_atomic(self._s["read"], *reads)
+        fleet_stats = decode_fleet_stats(pairs(res.pop()))
         current = now_ms // THROUGHPUT_BUCKET_MS
         first = current - THROUGHPUT_BUCKETS + 1
         buckets = {int(b): int(v) for b, v in pairs(res[0]) if first <= int(b) <= current}
@@ -175,7 +178,7 @@ class FleetAdmin:
             crawl=k.crawl_id, now_ms=now_ms, todo=counts["todo"],
             processing=counts["processing"], done=counts["done"], dead=counts["dead"],
             workers_alive=counts["workers_alive"], totals=totals, done_last_minute=recent,
-            window_s=window_ms / 1000)
+            window_s=window_ms / 1000, stats=fleet_stats)
         if workers:
             snap.workers = self._workers(now_ms, [(w, float(s)) for w, s in pairs(res[1])],
                                          dict(pairs(res[2])))

@@ -74,6 +74,8 @@ class Snapshot:
     maxmemory: int | None = None
     lanes: list[LaneState] = field(default_factory=list)  # the busiest, when asked for
     lanes_total: int = 0
+    #: The fleet's Scrapy stats (observe/flush.py): every worker's, added up
+    stats: dict[str, int | float] = field(default_factory=dict)
 
     @property
     def pages_per_min(self) -> float:
@@ -112,4 +114,5 @@ class Snapshot:
             "redis_used_memory_human": self.used_memory_human,
             "redis_maxmemory": self.maxmemory,
             "totals": dict(self.totals),
+            "stats": dict(self.stats),
         }

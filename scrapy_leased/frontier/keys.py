@@ -112,6 +112,18 @@ class CrawlKeys:
         return self._key("stats")
 
     @property
+    def fleet_stats(self) -> str:
+        """HASH: the fleet's Scrapy stats (observe/flush.py, lua/stats_flush.lua): every
+        worker's numeric stats added up, maxima kept as maxima, ``start_time`` the first
+        and ``finish_time`` the last (epoch seconds)."""
+        return self._key("fleet_stats")
+
+    def stats_seq(self, worker: str) -> str:
+        """STRING: the sequence number of a worker's last stats flush applied
+        (lua/stats_flush.lua), so a flush sent again is not counted twice; expires."""
+        return self._key(f"stats_seq:{worker}")
+
+    @property
     def workers(self) -> str:
         """ZSET: worker id -> last heartbeat in ms of Redis server time."""
         return self._key("workers")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from redis.exceptions import RedisError
@@ -44,6 +44,10 @@ class CommitWriter:
         self._idle.set()
         self.generation = 0  # completed commits, to tell fresh observations from stale
         self._warned = False
+        #: Awaited before each commit that acks or fails claims (again when it is sent
+        #: again): the fleet stats flush (observe/stats.py), so a claim is acked only
+        #: once the stats of its processing are in Redis.
+        self.before_settle: Callable[[], Awaitable[None]] | None = None
 
     @property
     def pending(self) -> bool:
@@ -85,6 +89,8 @@ class CommitWriter:
             call_id = self.frontier.new_call_id()
             while True:  # the same batch, the same id, until Redis answers
                 try:
+                    if self.before_settle is not None and (batch.acks or batch.fails):
+                        await self.before_settle()
                     result = await self.frontier.commit(batch.enqueue, batch.acks, batch.fails,
                                                         call_id=call_id)
                     break

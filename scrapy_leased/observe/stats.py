@@ -1,0 +1,115 @@
+"""Extension: a worker's Scrapy stats added to the crawl's fleet-wide stats in Redis.
+
+Each worker sends the deltas of its numeric stats (observe/flush.py,
+lua/stats_flush.lua): every LEASED_RENEW_INTERVAL (its heartbeat), before each commit
+that acks or fails claims (so a request counted done in Redis has its response, items
+and status codes counted in the fleet stats too, even if its worker is killed right
+after), and at close, after Scrapy's CoreStats set ``finish_time``. A worker killed with
+kill -9 leaves what it flushed. The worker's own end-of-crawl stats dump is Scrapy's,
+unchanged. ``scrapy leased status`` shows the fleet stats (``stats`` in ``--json``).
+
+LEASED_FLEET_STATS (default True) turns it off. With a scheduler other than the leased
+one, it steps aside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from ..config import LeasedConfig
+from ..connection import make_client
+from ..scheduler import leased_scheduler
+from .flush import StatsFlusher
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+CLOSE_TRIES = 5  # the last flush at close is tried this many times, then given up
+
+
+class LeasedFleetStats:
+    def __init__(self, crawler: Crawler, config: LeasedConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.flusher: StatsFlusher | None = None
+        self._client: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._warned = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        config = LeasedConfig.from_settings(crawler.settings)
+        if not config.fleet_stats:
+            raise NotConfigured
+        o = cls(crawler, config)
+        crawler.signals.connect(o.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(o.spider_closed, signal=signals.spider_closed)
+        return o
+
+    def _redis_url(self) -> str | None:
+        if self.config.redis_url is not None:
+            return self.config.redis_url
+        from ..embedded import running_embedded_redis  # started by the scheduler
+
+        return running_embedded_redis(self.config.embedded_dir)
+
+    async def spider_opened(self, spider: Any) -> None:
+        scheduler = leased_scheduler(self.crawler)
+        url = self._redis_url()
+        if scheduler is None or scheduler.frontier is None or url is None:
+            return  # another scheduler: step aside
+        # A client of its own: the scheduler closes its client before spider_closed,
+        # when the last flush (with finish_time) is still to come.
+        self._client = make_client(url)
+        self.flusher = StatsFlusher(self._client, scheduler.frontier.keys, scheduler.worker_id)
+        if scheduler.writer is not None:
+            scheduler.writer.before_settle = self.flush
+        self._task = asyncio.ensure_future(self._loop())
+
+    async def flush(self) -> None:
+        """Send the stats deltas; raises RedisError/OSError (kept for the next call)."""
+        if self.flusher is not None:
+            await self.flusher.flush(self.crawler.stats.get_stats())
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.renew_interval)
+            try:
+                await self.flush()
+            except (RedisError, OSError) as exc:
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("Cannot add this worker's stats to the fleet stats in "
+                                   "Redis, retrying: %(exc)s", {"exc": exc})
+                continue
+            self._warned = False
+
+    async def spider_closed(self, spider: Any, reason: str) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self.flusher is None:
+            return
+        try:
+            for attempt in range(1, CLOSE_TRIES + 1):
+                try:
+                    await self.flush()
+                    break
+                except (RedisError, OSError) as exc:
+                    if attempt == CLOSE_TRIES:
+                        logger.error("Could not add this worker's last stats to the fleet "
+                                     "stats in Redis: %(exc)s", {"exc": exc})
+                    else:
+                        await asyncio.sleep(0.1 * 2 ** attempt)
+        finally:
+            await self._client.aclose()
