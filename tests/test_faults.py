@@ -545,16 +545,16 @@ def test_callback_three_times_the_lease_is_not_handed_to_another_worker(
 # -- 5. a stalled worker -------------------------------------------------------------
 
 def test_sigstopped_worker_loses_leases_others_redo_and_done_counts_once(
-        redis_server, crawl_id, make_site, start_worker):
+        redis_server, crawl_id, make_site, start_worker, tmp_path):
     n_pages, conc = 150, 8
     site = make_site(pages=n_pages)
     st = CrawlState(redis_server, crawl_id)
-    # The staller holds 8 downloaded requests whose items wait 10 s in its pipeline
-    # (still waiting when it is resumed, so its first renewal finds the leases gone).
-    record_delay = 10
+    # The staller holds 8 downloaded requests whose items wait in its pipeline until the
+    # test lets them go: after it is resumed and its first renewal found the leases gone.
+    release = tmp_path / "release-items"
     stalled, held = hold_all_claims(start_worker, redis_server, crawl_id, site, st, "stalled",
-                                    conc, extra={"RECORD_DELAY": record_delay})
-    claimed_at = time.monotonic()
+                                    conc, extra={"RECORD_DELAY": 0,
+                                                 "RECORD_HOLD_FILE": str(release)})
     held_paths = {path_of(url_of(e)) for e in held.values()}
     stalled.sigstop()
     stopped_at = time.monotonic()
@@ -568,8 +568,10 @@ def test_sigstopped_worker_loses_leases_others_redo_and_done_counts_once(
     assert other.close_reason() == "finished"
     assert st.stat("done") == n_pages
     assert stalled.running  # still frozen
-    assert time.monotonic() - claimed_at < record_delay - 2, "too slow to test this"
     stalled.sigcont()
+    stalled.wait_until(lambda: "Lost the lease" in stalled.log_text(), timeout=60,
+                       what="its first renewal after SIGCONT")
+    release.touch()
     assert stalled.wait(60) == 0, stalled.log_tail()
     assert stalled.close_reason() == "finished"
     assert_clean_log(stalled)

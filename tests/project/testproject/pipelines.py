@@ -13,10 +13,13 @@ class RecordPipeline:
     ``RECORD_DELAY`` (seconds): wait that long with ``asyncio.sleep`` BEFORE
     writing, so a test can kill the worker while items are not stored yet;
     ``RECORD_DELAY_PATH`` restricts the delay to item URLs containing it.
+    ``RECORD_HOLD_FILE``: as the delay, but wait until that file exists (a test creates
+    it when it is ready for the items).
     """
 
-    def __init__(self, path, delay=0.0, delay_path=None):
+    def __init__(self, path, delay=0.0, delay_path=None, hold_file=None):
         self.path = path
+        self.hold_file = hold_file
         self.delay = delay
         self.delay_path = delay_path
         self.file = None
@@ -28,6 +31,7 @@ class RecordPipeline:
             path=s.get("RECORD_PATH") or None,
             delay=s.getfloat("RECORD_DELAY", 0.0),
             delay_path=s.get("RECORD_DELAY_PATH") or None,
+            hold_file=s.get("RECORD_HOLD_FILE") or None,
         )
 
     # Scrapy >= 2.14 style: no spider argument
@@ -46,6 +50,8 @@ class RecordPipeline:
         data = ItemAdapter(item).asdict()
         if self.delay > 0 and (not self.delay_path or self.delay_path in str(data.get("url", ""))):
             await asyncio.sleep(self.delay)
+        while self.hold_file and not os.path.exists(self.hold_file):
+            await asyncio.sleep(0.05)
         data["pid"] = os.getpid()
         data["t"] = time.time()
         self.file.write(json.dumps(data) + "\n")
