@@ -274,6 +274,7 @@ def test_sentinel_failover_mid_crawl_loses_nothing(sentinel_group, make_site, st
     for w in ws:
         assert_finished(w)
 
+    assert g.master().port == new.port  # the one failover this test caused, no other
     r = new.client()
     assert r.script_exists(claim_sha) == [True]  # loaded again after NOSCRIPT
     st = read_crawl(r, crawl_id)

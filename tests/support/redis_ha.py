@@ -220,7 +220,11 @@ class SentinelGroup:
 
     def wait_failover(self, old: RedisServer, timeout: float = 60) -> RedisServer:
         """Wait until every sentinel names another master and that server is a master
-        with the other live replicas attached; returns it."""
+        with the other live replicas attached; returns it. Then the sentinels wait 10 min
+        before they take a master for down (``down-after-milliseconds``), so that a test
+        sees exactly the one failover it caused: with 1 s, a promoted master kept busy
+        by a loaded machine was failed over again, to a replica behind it, and the
+        writes the workers made after the first failover were rolled back."""
         def promoted() -> RedisServer | None:
             ports = {s.master_address()[1] for s in self.sentinels if s.running}  # type: ignore[index]
             if len(ports) != 1 or old.port in ports:
@@ -235,7 +239,16 @@ class SentinelGroup:
             live = sum(1 for srv in self.servers if srv.running) - 1
             return new if self.connected_replicas(new) == live else None
 
-        return wait_until(promoted, timeout, "a completed Sentinel failover")
+        new = wait_until(promoted, timeout, "a completed Sentinel failover")
+        for sentinel in self.sentinels:
+            if sentinel.running:
+                c = sentinel.client()
+                try:
+                    c.execute_command("SENTINEL", "SET", sentinel.master_name,
+                                      "down-after-milliseconds", "600000")
+                finally:
+                    c.close()
+        return new
 
     def close(self) -> None:
         for srv in self.sentinels + self.servers:
