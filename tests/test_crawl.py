@@ -120,8 +120,9 @@ def test_three_workers_crawl_every_page_exactly_once(redis_server, make_site, st
     exit by themselves with 'finished', the site saw every page once."""
     pages = 500
     site = make_site(pages=pages)
-    ws = [start_worker(redis_server.url, crawl_id, site.url + "/p/0", name=f"w{i}")
-          for i in range(3)]
+    together = start_worker.barrier(3)
+    ws = [start_worker(redis_server.url, crawl_id, site.url + "/p/0", name=f"w{i}",
+                       settings=together) for i in range(3)]
     for w in ws:
         assert_exit(w, "finished")
 
@@ -344,8 +345,9 @@ def test_stopped_fleet_resumes_without_refetching_acked_pages(redis_server, make
     assert st["workers"] == set(), st
     n_before = len(site.entries())
 
-    second = [start_worker(redis_server.url, crawl_id, site.url + "/p/0", name=f"b{i}")
-              for i in range(2)]
+    together = start_worker.barrier(2)
+    second = [start_worker(redis_server.url, crawl_id, site.url + "/p/0", name=f"b{i}",
+                           settings=together) for i in range(2)]
     for w in second:
         assert_exit(w, "finished")
     after = Counter(e["path"] for e in site.entries()[n_before:])
@@ -561,7 +563,8 @@ def test_shared_start_urls_are_fetched_once(redis_server, make_site, start_worke
     site = make_site(pages=pages)
     starts = [site.url + p for p in ("/p/0", "/p/5", "/p/7")]
     orders = [starts, starts[::-1], starts[1:] + starts[:1]]
-    ws = [start_worker(redis_server.url, crawl_id, order, name=f"w{i}")
+    together = start_worker.barrier(3)  # one run: each start request sent once
+    ws = [start_worker(redis_server.url, crawl_id, order, name=f"w{i}", settings=together)
           for i, order in enumerate(orders)]
     for w in ws:
         assert_exit(w, "finished")

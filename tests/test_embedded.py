@@ -330,7 +330,7 @@ def test_crawl_without_redis_url_uses_the_embedded_server(
     """No LEASED_REDIS_URL: two workers on one machine share one embedded Redis and
     crawl the site once between them; the crawl's state persists in data_dir."""
     site = make_site(pages=60)
-    settings = {"LEASED_EMBEDDED_DIR": str(data_dir)}
+    settings = {"LEASED_EMBEDDED_DIR": str(data_dir), **start_worker.barrier(2)}
     workers = [start_worker(None, "embedded-crawl", site.page_url(0), settings=settings, name=f"e{i}")
                for i in range(2)]
     for w in workers:

@@ -241,7 +241,8 @@ def test_raising_callback_dead_lettered_after_max_attempts(
     st = CrawlState(redis_server, crawl_id)
     # requeued on a callback error only with LEASED_RETRY_ERRORS (without it: one dead
     # letter at once, as Scrapy processes the request once; tests/test_dropin.py)
-    settings = {**BASE, "LEASED_MAX_ATTEMPTS": 3, "LEASED_RETRY_ERRORS": True}
+    settings = {**BASE, "LEASED_MAX_ATTEMPTS": 3, "LEASED_RETRY_ERRORS": True,
+                **start_worker.barrier(2)}
     workers = [start_worker(redis_server.url, crawl_id, site.url + "/p/0", settings=settings,
                             args={"raise_path": poison}, name=f"w{i}") for i in (1, 2)]
     for w in workers:

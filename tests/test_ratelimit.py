@@ -98,40 +98,58 @@ def test_three_workers_never_exceed_the_budget_even_with_skewed_clocks(
         assert span >= 60.0
 
 
+def median_in_flight(ends: list[float], seconds: float) -> float:
+    """Median number of requests in flight at the site, sampled at 201 even points of the
+    middle 60% of the crawl (ramp-up and tail left out). Every page takes ``seconds``
+    (the site's delay) and is logged when answered: it was in flight [t - seconds, t)."""
+    ends = sorted(ends)
+    starts = [t - seconds for t in ends]
+    lo, hi = starts[0], ends[-1]
+    a, b = lo + 0.2 * (hi - lo), lo + 0.8 * (hi - lo)
+    counts = sorted(bisect.bisect_right(starts, x) - bisect.bisect_right(ends, x)
+                    for x in (a + k * (b - a) / 200 for k in range(201)))
+    return float(counts[100])
+
+
 def test_a_hot_host_does_not_hold_up_the_others(
         redis_server, crawl_id, make_site, make_site_process, start_worker):
-    """One host limited to 30/min with 1,000 queued pages, plus 20 unlimited hosts of 100
-    pages each, 2 workers with CONCURRENT_REQUESTS=16: the 2,000 unlimited pages finish
-    in about the time they take without the hot host, and the hot host stays within
-    its budget."""
-    cold = make_site_process(pages=100, ports=20, distinct_hosts=True)  # 127.0.0.1..20
+    """One host limited to 30/min with 1,000 queued pages, plus 20 unlimited hosts of 40
+    pages each (every page answered after 0.4 s), 2 workers with CONCURRENT_REQUESTS=16:
+    as many unlimited pages are in flight beside the hot host as without it (no slot
+    waits on the hot host's budget), and the hot host stays within its budget.
+
+    Concurrency, not duration, is compared: it is set by the workers' slots, not by how
+    fast a loaded machine runs them."""
+    delay = 0.4
+    cold = make_site_process(pages=40, ports=20, distinct_hosts=True, delay=delay)
     hot = make_site(pages=1000, hosts=["127.0.0.21"])
     settings = {"CONCURRENT_REQUESTS": 16, "LEASED_RATES": {"127.0.0.21": "30/min"}}
     cold_starts = [f"{u}/p/0" for u in cold.urls]
+    n_cold = 20 * 40
 
     def run(starts: list[str], crawl: str) -> float:
-        """Seconds from the first to the last of the 2,000 unlimited pages."""
+        """Median unlimited pages in flight over the middle of the crawl."""
         before = len(cold.entries())
         workers = [start_worker(redis_server.url, crawl, starts, settings=settings,
                                 name=f"{crawl[-5:]}{i}") for i in range(2)]
-        wait_until(lambda: len(cold.entries()) >= before + 2000, WAIT,
-                   "2,000 unlimited pages", workers)
+        wait_until(lambda: len(cold.entries()) >= before + n_cold, WAIT,
+                   f"{n_cold} unlimited pages", workers)
         stop_all(workers)
-        ts = [e["t"] for e in cold.entries()[before:]]
-        return max(ts) - min(ts)
+        return median_in_flight([e["t"] for e in cold.entries()[before:]], delay)
 
     alone = run(cold_starts, crawl_id + "-alone")
     mixed = run(cold_starts + [f"{hot.urls[0]}/p/0"], crawl_id + "-mixed")
     hot_times = sorted(e["t"] for e in hot.entries())
-    print(f"2,000 unlimited pages: {alone:.2f} s alone, {mixed:.2f} s beside the hot host "
-          f"({mixed / alone:.2f}x); hot host: {len(hot_times)} requests, max in 10 s: "
+    print(f"unlimited pages in flight (median): {alone} alone, {mixed} beside the hot host; "
+          f"hot host: {len(hot_times)} requests, max in 10 s: "
           f"{max_in_window(hot_times, 10.0)}, max in 60 s: {max_in_window(hot_times, 60.0)}")
     entries = cold.entries()
     paths = defaultdict(int)
     for e in entries:
         paths[(e["server_host"], e["path"])] += 1
-    assert len(paths) == 2000 and set(paths.values()) == {2}  # two crawls: once each
-    assert mixed <= alone * 1.5 + 3.0
+    assert len(paths) == n_cold and set(paths.values()) == {2}  # two crawls: once each
+    assert alone >= 8  # the workers do keep several slots busy
+    assert mixed >= 0.8 * alone
     assert max_in_window(hot_times, 10.0) <= 1 + 30 * 10 // 60
     assert max_in_window(hot_times, 60.0) <= 1 + 30
 

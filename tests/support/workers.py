@@ -280,6 +280,14 @@ class WorkerFactory:
         self.workers.append(w)
         return w
 
+    def barrier(self, n: int) -> dict[str, Any]:
+        """Settings that make the next ``n`` workers started with them wait for each other
+        after joining the crawl's run, before crawling (tests/project/testproject/
+        extensions.py): workers started together then share one run of the crawl."""
+        path = self._unique("barrier", ".d")
+        path.mkdir()
+        return {"TEST_BARRIER_DIR": str(path), "TEST_BARRIER_SIZE": n}
+
     def all_items(self) -> list[dict[str, Any]]:
         """Items recorded by every worker started so far."""
         return [it for w in self.workers for it in w.items()]

@@ -30,3 +30,9 @@ ITEM_PIPELINES = {"testproject.pipelines.RecordPipeline": 500}
 RECORD_PATH = None
 RECORD_DELAY = 0
 RECORD_DELAY_PATH = None
+
+# Test-only start barrier for workers started together (off unless TEST_BARRIER_DIR and
+# TEST_BARRIER_SIZE are set): see testproject/extensions.py.
+EXTENSIONS = {"testproject.extensions.FleetBarrier": 0}
+TEST_BARRIER_DIR = None
+TEST_BARRIER_SIZE = 0
