@@ -92,3 +92,90 @@ def test_an_evicting_maxmemory_policy_is_refused_at_start_naming_it(
     assert named, text
     print(f"\n{named[0][:400]}")
     assert not site.entries() and keys == []
+
+
+# A script that runs a crawl with AsyncCrawlerRunner inside an application's running
+# asyncio loop (no reactor), against a Redis that is down when the crawl starts. When the
+# worker logs that it waits for Redis, a coroutine of the same loop prints LOOP_ALIVE: it
+# can run only if the wait does not block the loop. The test starts Redis only then.
+IN_LOOP_SCRIPT = r"""
+import asyncio, logging, sys
+from scrapy import Spider
+from scrapy.crawler import AsyncCrawlerRunner
+from scrapy.utils.log import configure_logging
+
+redis_url, start_url, crawl_id = sys.argv[1:4]
+
+class Pages(Spider):
+    name = "pages"
+    start_urls = [start_url]
+    def parse(self, response):
+        yield {"url": response.url}
+        yield from response.follow_all(css="a")
+
+async def main():
+    waiting = asyncio.Event()
+    class Watch(logging.Handler):
+        def emit(self, record):
+            if "does not answer yet" in record.getMessage():
+                waiting.set()
+    configure_logging({"LOG_LEVEL": "INFO"})
+    logging.getLogger().addHandler(Watch())
+
+    async def alive():
+        await waiting.wait()
+        print("LOOP_ALIVE", flush=True)
+
+    ticker = asyncio.ensure_future(alive())
+    runner = AsyncCrawlerRunner({
+        "TWISTED_REACTOR_ENABLED": False, "ADDONS": {"scrapy_leased.Addon": 100},
+        "LEASED_REDIS_URL": redis_url, "LEASED_CRAWL_ID": crawl_id,
+        "LEASED_CONNECT_TIMEOUT": 120, "TELNETCONSOLE_ENABLED": False,
+        "ROBOTSTXT_OBEY": False})
+    crawler = runner.create_crawler(Pages)
+    await runner.crawl(crawler)
+    await ticker
+    print("DONE", crawler.stats.get_value("finish_reason"),
+          crawler.stats.get_value("item_scraped_count"), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_inside_a_running_loop_the_wait_for_redis_does_not_block_it(make_site, crawl_id,
+                                                                     tmp_path):
+    """AsyncCrawlerRunner in an application's asyncio loop, Redis down at the start: the
+    add-on does not wait for Redis synchronously there (that would freeze the
+    application's loop up to LEASED_CONNECT_TIMEOUT); the scheduler's asynchronous open
+    waits, the loop goes on running, and the crawl runs once Redis is back."""
+    import subprocess
+    import sys
+
+    from tests.support.workers import REPO_ROOT
+
+    pages = 30
+    site = make_site(pages=pages)
+    with RedisServer() as srv:
+        srv.stop()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", IN_LOOP_SCRIPT, srv.url, site.url + "/p/0", crawl_id],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+            env={**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT)})
+        try:
+            lines = []
+            for line in proc.stdout:  # the loop shows it is alive while the worker waits
+                lines.append(line)
+                if line.startswith("LOOP_ALIVE"):
+                    break
+            assert lines and lines[-1].startswith("LOOP_ALIVE"), "".join(lines[-40:])
+            assert not site.entries()
+            srv.start()
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    lines += out.splitlines(keepends=True)
+    assert proc.returncode == 0, "".join(lines[-40:])
+    assert f"DONE finished {pages}\n" in lines, "".join(lines[-40:])
+    assert set(site.count_by_path().values()) == {1}
