@@ -6,6 +6,7 @@ named in its reference page; the README stays short. Fast, no Redis: the whole
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import Iterator
 from functools import cache
@@ -187,10 +188,14 @@ def code_options() -> set[str]:
 
 
 def code_metrics() -> set[str]:
-    """Names of the Prometheus metrics the package defines (none before issue #14)."""
-    return {c.args[0].value for _, tree in _modules() for c in ast.walk(tree)
-            if isinstance(c, ast.Call) and _name(c.func) in METRIC_CLASSES and c.args
-            and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)}
+    """Names of the Prometheus metrics the package defines: the table of metrics the
+    exporter serves (observe/metrics.json) and any metric object made in code."""
+    table = json.loads((PACKAGE / "observe" / "metrics.json").read_text(encoding="utf-8"))
+    # counters are exported (and documented) with the _total suffix
+    return {m["name"] + ("_total" if m["type"] == "counter" else "") for m in table} | {
+        c.args[0].value for _, tree in _modules() for c in ast.walk(tree)
+        if isinstance(c, ast.Call) and _name(c.func) in METRIC_CLASSES and c.args
+        and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)}
 
 
 # -- the checks -----------------------------------------------------------------------
@@ -206,6 +211,7 @@ def test_the_scan_finds_what_it_should() -> None:
     assert {"_leased_claim", "leased_lane", "download_slot"} <= code_meta_keys()
     assert {"status", "dead", "seed", "reset"} <= code_subcommands()
     assert {"--redis-url", "--yes", "--file"} <= code_options()
+    assert {"leased_done_requests_total", "leased_warning"} <= code_metrics()
 
 
 def test_every_setting_is_in_the_settings_reference() -> None:

@@ -49,7 +49,7 @@ async def build(url: str, crawl: str, queued: int, dead: int, hosts: int) -> Non
 async def one_read(url: str, crawl: str) -> None:
     client = make_client(url)
     reader = FleetReader(client, url, Budgets.from_settings(Settings()), worker_ttl_ms=30_000,
-                         lease_ms=30_000, max_attempts=4, default_capacity=16, crawls=[crawl])
+                         lease_ms=30_000, max_attempts=4, default_capacity=16, only=[crawl])
     try:
         reading = await reader.read(crawl)  # the dashboard's poll ...
         await reader.dead_letters(crawl)

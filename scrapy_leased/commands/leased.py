@@ -294,7 +294,7 @@ async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
     only = [crawl] if sub == "metrics" and crawl is not None else None
     reader = FleetReader(client, where, budgets, worker_ttl_ms=int(config.worker_ttl * 1000),
                          lease_ms=config.lease_ms, max_attempts=config.max_attempts,
-                         default_capacity=settings.getint("CONCURRENT_REQUESTS"), crawls=only)
+                         default_capacity=settings.getint("CONCURRENT_REQUESTS"), only=only)
     if sub == "metrics":
         app, port, what = metrics_app(reader), METRICS_PORT, "Prometheus metrics"
     else:

@@ -7,8 +7,30 @@ in one slot and every Lua script can touch them together.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 KEY_PREFIX = "leased"
+
+
+class KeyName:
+    """One key of a crawl, named once: ``leases = KeyName("ZSET: ...")`` in ``CrawlKeys``
+    reads ``leased:{<crawl id>}:leases``; the attribute's name is the key's name and the
+    text its documentation."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> KeyName: ...
+    @overload
+    def __get__(self, obj: CrawlKeys, objtype: type | None = None) -> str: ...
+
+    def __get__(self, obj: CrawlKeys | None, objtype: type | None = None) -> KeyName | str:
+        return self if obj is None else obj._key(self.name)
 
 
 @dataclass(frozen=True)
@@ -25,10 +47,8 @@ class CrawlKeys:
         """Every key of this crawl starts with this (used by ``reset``)."""
         return self._key("")
 
-    @property
-    def queue(self) -> str:
-        """ZSET: the default lane's queue of priorities other than 0 (see ``lane_queue``)."""
-        return self._key("queue")
+    queue = KeyName(
+        """ZSET: the default lane's queue of priorities other than 0 (see ``lane_queue``).""")
 
     def lane_queue(self, lane: str) -> str:
         """ZSET: queued envelopes of one lane with a priority other than 0, score
@@ -45,40 +65,28 @@ class CrawlKeys:
         """HASH: a lane's shared rate-budget state (lua/lib_rate.lua)."""
         return self._key(f"rate:{lane}")
 
-    @property
-    def lanes(self) -> str:
+    lanes = KeyName(
         """ZSET: lane -> time (ms of Redis TIME) from which it may be served; every lane
-        with queued requests is here."""
-        return self._key("lanes")
+        with queued requests is here.""")
 
-    @property
-    def todo(self) -> str:
-        """STRING: number of queued requests, all lanes together."""
-        return self._key("todo")
+    todo = KeyName(
+        """STRING: number of queued requests, all lanes together.""")
 
-    @property
-    def seq(self) -> str:
-        """STRING: counter giving queue order (a requeue takes a new number)."""
-        return self._key("seq")
+    seq = KeyName(
+        """STRING: counter giving queue order (a requeue takes a new number).""")
 
-    @property
-    def rids(self) -> str:
-        """STRING: request id counter (one per request ever queued, not per requeue)."""
-        return self._key("rids")
+    rids = KeyName(
+        """STRING: request id counter (one per request ever queued, not per requeue).""")
 
-    @property
-    def tokens(self) -> str:
+    tokens = KeyName(
         """STRING: the last claim token issued. Tokens are also fencing tokens and are
         never issued twice, even after Redis went back in time: each new one is at least
-        Redis TIME in microseconds (lua/lib_guard.lua)."""
-        return self._key("tokens")
+        Redis TIME in microseconds (lua/lib_guard.lua).""")
 
-    @property
-    def epoch(self) -> str:
+    epoch = KeyName(
         """HASH: the crawl's epoch (lua/lib_guard.lua): ``e`` the first token of the
         current epoch, ``run`` the Redis run id it was started for. A new epoch starts
-        when Redis restarted, failed over or went back in time."""
-        return self._key("epoch")
+        when Redis restarted, failed over or went back in time.""")
 
     def call(self, caller: str, stream: str) -> str:
         """STRING: the reply of the last call of one caller's stream of calls (``claim``,
@@ -86,70 +94,49 @@ class CrawlKeys:
         answered from it instead of running twice (lua/lib_guard.lua)."""
         return self._key(f"call:{caller}:{stream}")
 
-    @property
-    def leases(self) -> str:
-        """ZSET: claim token -> lease deadline in ms of Redis server time."""
-        return self._key("leases")
+    leases = KeyName(
+        """ZSET: claim token -> lease deadline in ms of Redis server time.""")
 
-    @property
-    def inflight(self) -> str:
-        """HASH: claim token -> envelope being processed."""
-        return self._key("inflight")
+    inflight = KeyName(
+        """HASH: claim token -> envelope being processed.""")
 
-    @property
-    def done(self) -> str:
-        """BITMAP: bit rid is set once request rid was processed."""
-        return self._key("done")
+    done = KeyName(
+        """BITMAP: bit rid is set once request rid was processed.""")
 
-    @property
-    def dead(self) -> str:
-        """HASH: rid -> dead letter JSON {reason, attempts, envelope, t}."""
-        return self._key("dead")
+    dead = KeyName(
+        """HASH: rid -> dead letter JSON {reason, attempts, envelope, t}.""")
 
-    @property
-    def stats(self) -> str:
-        """HASH: crawl-wide counters (enqueued, claimed, acked, done, dead, ...)."""
-        return self._key("stats")
+    stats = KeyName(
+        """HASH: crawl-wide counters (enqueued, claimed, acked, done, dead, ...).""")
 
-    @property
-    def fleet_stats(self) -> str:
+    fleet_stats = KeyName(
         """HASH: the fleet's Scrapy stats (observe/flush.py, lua/stats_flush.lua): every
         worker's numeric stats added up, maxima kept as maxima, ``start_time`` the first
-        and ``finish_time`` the last (epoch seconds)."""
-        return self._key("fleet_stats")
+        and ``finish_time`` the last (epoch seconds).""")
 
     def stats_seq(self, worker: str) -> str:
         """STRING: the sequence number of a worker's last stats flush applied
         (lua/stats_flush.lua), so a flush sent again is not counted twice; expires."""
         return self._key(f"stats_seq:{worker}")
 
-    @property
-    def workers(self) -> str:
-        """ZSET: worker id -> last heartbeat in ms of Redis server time."""
-        return self._key("workers")
+    workers = KeyName(
+        """ZSET: worker id -> last heartbeat in ms of Redis server time.""")
 
-    @property
-    def worker_info(self) -> str:
-        """HASH: worker id -> JSON {"inflight", "host", "pid", "started"}, set at each heartbeat."""
-        return self._key("worker_info")
+    worker_info = KeyName(
+        """HASH: worker id -> JSON {"inflight", "host", "pid", "started"}, set at each
+        heartbeat.""")
 
-    @property
-    def throughput(self) -> str:
-        """HASH: 10-second bucket (Redis time // 10 s) -> requests newly done in it."""
-        return self._key("throughput")
+    throughput = KeyName(
+        """HASH: 10-second bucket (Redis time // 10 s) -> requests newly done in it.""")
 
-    @property
-    def run(self) -> str:
+    run = KeyName(
         """STRING: the current run of the crawl (lua/run_join.lua): the id of the worker
-        seeding it (running start()), then ``seeded``; expires when no worker is alive."""
-        return self._key("run")
+        seeding it (running start()), then ``seeded``; expires when no worker is alive.""")
 
-    @property
-    def meta(self) -> str:
+    meta = KeyName(
         """HASH: the crawl's fixed parameters (``seen_bucket_bits``, the seen-set layout,
         checked at open) and ``rate_half_life_ms`` (LEASED_RATE_RECOVERY of the workers,
-        read by ``scrapy leased status``)."""
-        return self._key("meta")
+        read by ``scrapy leased status``).""")
 
     def seen_bucket(self, bucket: int) -> str:
         """SET of 64-bit integers: fingerprints whose top bits equal ``bucket``."""

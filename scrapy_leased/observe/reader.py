@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..fleet.admin import DeadLetter, FleetAdmin, parse_dead_letter
@@ -37,27 +37,31 @@ class Reading:
     doc: dict[str, Any]  # what ``status --json`` prints
 
 
+@dataclass
 class FleetReader:
-    def __init__(self, client: Any, where: str, budgets: Budgets, *, worker_ttl_ms: int,
-                 lease_ms: int, max_attempts: int, default_capacity: int,
-                 crawls: list[str] | None = None, trend_s: float = TREND_SECONDS) -> None:
-        self.client = client
-        self.where = where
-        self.budgets = budgets
-        self.default_capacity = default_capacity
-        self.trend_s = trend_s
-        self._fixed = crawls
-        self._admin_args = {"worker_ttl_ms": worker_ttl_ms, "lease_ms": lease_ms,
-                            "max_attempts": max_attempts}
-        self._admins: dict[str, FleetAdmin] = {}
-        self._history: dict[str, deque[Snapshot]] = {}
-        self._crawls: tuple[float, list[str]] | None = None
-        self._lock = asyncio.Lock()
+    """Reads the crawls of one Redis (``client``, shown as ``where``); ``only``: the crawls
+    shown, else every crawl in the Redis. The other parameters are the workers' settings
+    that status needs (worker TTL, lease, attempts, ``CONCURRENT_REQUESTS``)."""
+
+    client: Any
+    where: str
+    budgets: Budgets
+    _: KW_ONLY
+    worker_ttl_ms: int
+    lease_ms: int
+    max_attempts: int
+    default_capacity: int
+    only: list[str] | None = None
+    trend_s: float = TREND_SECONDS
+    _admins: dict[str, FleetAdmin] = field(default_factory=dict, init=False)
+    _history: dict[str, deque[Snapshot]] = field(default_factory=dict, init=False)
+    _crawls: tuple[float, list[str]] | None = field(default=None, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     async def crawls(self) -> list[str]:
         """The crawls shown: the ones named, else those in this Redis (cached)."""
-        if self._fixed is not None:
-            return list(self._fixed)
+        if self.only is not None:
+            return list(self.only)
         now = time.monotonic()
         if self._crawls is None or now - self._crawls[0] > CRAWL_LIST_SECONDS:
             self._crawls = (now, await FleetAdmin.list_crawls(self.client))
@@ -68,7 +72,7 @@ class FleetReader:
         with state in this Redis (one EXISTS)."""
         if crawl in await self.crawls():
             return True
-        if self._fixed is not None or not await self.admin(crawl).exists():
+        if self.only is not None or not await self.admin(crawl).exists():
             return False
         if self._crawls is not None:
             self._crawls = (self._crawls[0], sorted({*self._crawls[1], crawl}))
@@ -76,7 +80,9 @@ class FleetReader:
 
     def admin(self, crawl: str) -> FleetAdmin:
         if crawl not in self._admins:
-            self._admins[crawl] = FleetAdmin(self.client, CrawlKeys(crawl), **self._admin_args)
+            self._admins[crawl] = FleetAdmin(
+                self.client, CrawlKeys(crawl), worker_ttl_ms=self.worker_ttl_ms,
+                lease_ms=self.lease_ms, max_attempts=self.max_attempts)
         return self._admins[crawl]
 
     async def read(self, crawl: str) -> Reading:
