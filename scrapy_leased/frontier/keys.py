@@ -97,6 +97,13 @@ class CrawlKeys:
         return self._key("inflight")
 
     @property
+    def owners(self) -> str:
+        """HASH: claim token -> id of the worker holding the claim, set by the claim and
+        removed with the lease (never more entries than ``leases``). Release and renew
+        act only on the caller's own tokens; ``status`` counts leases per worker here."""
+        return self._key("owners")
+
+    @property
     def done(self) -> str:
         """BITMAP: bit rid is set once request rid was processed."""
         return self._key("done")
