@@ -179,7 +179,7 @@ def test_200_lost_replies_during_a_three_worker_crawl(server, make_site, start_w
     assert st["done"] == st["enqueued"] == st["acked"] == pages
     assert st["claimed"] == received == pages
     assert "recovered" not in st and "dead" not in st and r.hlen(keys.dead) == 0
-    assert r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+    assert r.zcard(keys.leases) == r.hlen(keys.inflight) == r.hlen(keys.owners) == 0
     for w in workers:
         assert w.close_reason() == "finished"
         assert "Traceback" not in w.log_text(), w.log_tail(80)
