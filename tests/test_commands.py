@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ def truth(r: redis.Redis, crawl_id: str) -> dict[str, Any]:
         "done": r.bitcount(k.done),
         "dead": r.hlen(k.dead),
         "workers": {w for w, beat in workers.items() if now_ms - beat < 30_000},
+        "owners": dict(sorted(Counter(as_str(w) for w in r.hvals(k.owners)).items())),
     }
 
 
@@ -139,6 +141,14 @@ def test_status_json_equals_redis_truth_during_a_running_crawl(
     assert doc["workers_alive"] == 3 == len(before["workers"])
     assert text_value(text, "workers alive") == 3
     assert {w["id"] for w in doc["workers"]} == before["workers"]
+    # leases per worker, from the owners HASH: every live lease, under a live worker
+    assert doc["leases_by_worker"] == before["owners"]
+    assert sum(before["owners"].values()) == before["processing"]
+    assert set(before["owners"]) <= before["workers"]
+    assert re.search(r"^\s+worker\s+heartbeat\s+in flight\s+acked\s+leases$", text, re.M), text
+    for wid, n in before["owners"].items():
+        assert re.search(rf"^\s+{re.escape(wid)}\s.*\s{n}$", text, re.M), (wid, n, text)
+    assert "not alive" not in text
     for w in doc["workers"]:
         assert w["alive"] and w["capacity"] == 4 and w["inflight"] is not None, w
         assert 0 <= w["heartbeat_age_s"] < 30, w
@@ -161,6 +171,7 @@ def test_status_json_equals_redis_truth_during_a_running_crawl(
     end = status_json(redis_server.url, crawl_id, "--sample", "0")
     assert (end["todo"], end["processing"], end["done"], end["dead"], end["workers_alive"]) \
         == (0, 0, pages, 0, 0)
+    assert end["leases_by_worker"] == {} and r.hlen(k.owners) == 0
 
 
 def test_status_watch_redraws_in_place(redis_server, make_site, start_worker, crawl_id):

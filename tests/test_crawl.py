@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -50,6 +51,7 @@ def crawl_state(r: redis.Redis, crawl_id: str) -> dict[str, Any]:
         "queue": sum(queue_len(r, k, as_str(lane)) for lane in r.zrange(k.lanes, 0, -1)),
         "leases": r.zcard(k.leases),
         "inflight": r.hlen(k.inflight),
+        "owners": r.hlen(k.owners),
         "dead": dead,
         "done_bits": r.bitcount(k.done),
         "workers": {as_str(m) for m in r.zrange(k.workers, 0, -1)},
@@ -67,6 +69,7 @@ def assert_drained(st: dict[str, Any], done: int) -> None:
     assert st["queue"] == 0, st
     assert st["leases"] == 0, st
     assert st["inflight"] == 0, st
+    assert st["owners"] == 0, st  # every lease's owner went with it: no leak
     assert st["dead"] == {}, st
 
 
@@ -366,6 +369,73 @@ def test_stopped_fleet_resumes_without_refetching_acked_pages(redis_server, make
 
 
 # --------------------------------------------------------------------------- 5. SIGTERM
+
+
+def test_status_shows_a_killed_workers_leases_under_its_id_until_recovered(
+        redis_server, make_site, start_worker, crawl_id):
+    """2 workers; one, whose items never finish (60 s in its pipeline), is killed with
+    kill -9 mid-crawl: ``status --json`` counts its leases under its id (from the owners
+    HASH, not from its last heartbeat) while they wait to expire, the text view lists
+    them under the workers not alive; they are recovered, the other worker finishes the
+    crawl, and no owner is left behind."""
+    from tests.test_commands import leased, ok
+
+    pages = 200
+    site = make_site(pages=pages)
+    r = redis_server.client()
+    k = CrawlKeys(crawl_id)
+    victim = start_worker(redis_server.url, crawl_id, site.url + "/p/0", name="victim",
+                          settings={"LEASED_LEASE_SECONDS": 15, "LEASED_RENEW_INTERVAL": 0.5,
+                                    "LEASED_SWEEP_INTERVAL": 0.5, "CONCURRENT_REQUESTS": 4,
+                                    "RECORD_DELAY": 60})
+
+    def worker_id(pid: int) -> str | None:
+        for wid, info in r.hgetall(k.worker_info).items():
+            if json.loads(info).get("pid") == pid:
+                return as_str(wid)
+        return None
+
+    def owned() -> Counter:
+        return Counter(as_str(w) for w in r.hvals(k.owners))
+
+    wait_for(lambda: worker_id(victim.pid) is not None, WAIT, "the victim registered", [victim])
+    vid = worker_id(victim.pid)
+    assert vid is not None
+    wait_for(lambda: owned()[vid] >= 4, WAIT, "the victim holding 4 claims", [victim])
+    survivor = start_worker(redis_server.url, crawl_id, site.url + "/p/0", name="survivor",
+                            settings={**FAST, "LEASED_RENEW_INTERVAL": 0.5, "RECORD_DELAY": 0.05})
+    wait_for(lambda: worker_id(survivor.pid) is not None and stat(r, crawl_id, "done") >= 20,
+             WAIT, "the survivor crawling", [victim, survivor])
+    sid = worker_id(survivor.pid)
+    assert sid is not None and sid != vid
+
+    victim.kill9()
+    assert victim.returncode == -9
+    held = {int(t) for t, w in r.hgetall(k.owners).items() if as_str(w) == vid}
+    assert len(held) >= 4
+    assert all(r.hget(k.inflight, t) is not None for t in held)
+    first_deadline = min(int(r.zscore(k.leases, t)) for t in held)
+    time.sleep(3.5)  # its heartbeat older than the status command's worker TTL (3 s)
+    status = ("status", crawl_id, "--sample", "0", "--redis-url", redis_server.url,
+              "-s", "LEASED_WORKER_TTL=3")
+    doc = json.loads(ok(leased(*status, "--json")))
+    text = ok(leased(*status))
+    sec, usec = r.time()
+    assert int(sec) * 1000 + int(usec) // 1000 < first_deadline, "leases expired: too slow"
+    assert doc["leases_by_worker"][vid] == len(held), doc["leases_by_worker"]
+    assert set(doc["leases_by_worker"]) <= {vid, sid}
+    (dead_entry,) = [w for w in doc["workers"] if w["id"] == vid]
+    assert not dead_entry["alive"] and dead_entry["pid"] == victim.pid
+    assert "leases of workers not alive, waiting to expire" in text, text
+    assert re.search(rf"^\s+{re.escape(vid)}\s+{len(held)}$", text, re.M), text
+
+    # the leases expire and are recovered; the survivor does the rest
+    assert_exit(survivor, "finished")
+    assert stat(r, crawl_id, "recovered") >= len(held)
+    doc = json.loads(ok(leased(*status, "--json")))
+    assert doc["leases_by_worker"] == {} and doc["processing"] == 0
+    st = crawl_state(r, crawl_id)
+    assert_drained(st, pages)
 
 
 def test_sigterm_finishes_in_flight_and_releases_unstarted_claims(redis_server, make_site,

@@ -110,6 +110,7 @@ class CrawlState:
         assert queue_len(self.r, self.k, LANE) == 0
         assert self.r.zcard(self.k.leases) == 0
         assert self.r.hlen(self.k.inflight) == 0
+        assert self.r.hlen(self.k.owners) == 0  # every lease's owner went with it
 
 
 def site_counts(site) -> Counter:

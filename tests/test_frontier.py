@@ -103,6 +103,7 @@ def snapshot(r: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
         "fifo": r.lrange(keys.lane_fifo(""), 0, -1),
         "leases": r.zrange(keys.leases, 0, -1, withscores=True),
         "inflight": r.hgetall(keys.inflight),
+        "owners": r.hgetall(keys.owners),
         "dead": r.hgetall(keys.dead),
         "stats": r.hgetall(keys.stats),
         "seq": r.get(keys.seq),
@@ -399,15 +400,17 @@ def test_clock_skewed_clients_neither_reap_live_leases_nor_misplace_renewals(red
                                                                             crawl_id):
     keys = CrawlKeys(crawl_id)
 
-    async def claim20(f, r):
+    async def claim20(f, r):  # each skewed worker renews its own claims (owners)
         await f.enqueue([NewRequest(f"live-{i}") for i in range(20)])
-        return await f.claim(20, "honest")
+        return [await f.claim(n, w) for n, w in ((2, "skewed+300"), (2, "skewed-300"),
+                                                 (16, "honest"))]
 
-    res = run(redis_server, crawl_id, claim20, lease_ms=30_000)
-    tokens = [t for t, _ in res.claims]
+    results = run(redis_server, crawl_id, claim20, lease_ms=30_000)
+    tokens = [t for res in results for t, _ in res.claims]
     r = redis_server.client(decode_responses=True)
     scores0 = lease_scores(r, keys)
-    assert scores0 == {t: res.now_ms + 30_000 for t in tokens}
+    assert scores0 == {t: res.now_ms + 30_000 for res in results for t, _ in res.claims}
+    assert len(tokens) == 20
 
     renewed: dict[int, tuple[int, int]] = {}
     for skew_s, mine in ((+300, tokens[0:2]), (-300, tokens[2:4])):
@@ -811,6 +814,118 @@ def test_release_in_any_token_order_puts_each_priority_back_in_rid_order(redis_s
     assert run(redis_server, crawl_id, body) == ["h1", "h2", "h3", "a1", "a2", "a3", "a4", "z1"]
 
 
+# ------------------------------------------------------------------------ owners
+
+
+def owners(r: redis.Redis, keys: CrawlKeys) -> dict[int, str]:
+    return {int(t): w for t, w in r.hgetall(keys.owners).items()}
+
+
+def assert_owners_match_leases(r: redis.Redis, keys: CrawlKeys) -> None:
+    """Every lease has its owner, and the owners HASH holds nothing else (no leak)."""
+    assert set(owners(r, keys)) == set(lease_scores(r, keys)), (
+        owners(r, keys), lease_scores(r, keys))
+
+
+def test_only_the_claiming_worker_renews_or_releases_its_claims(redis_server, crawl_id):
+    """Worker B cannot renew nor release worker A's claims (nor a lease with no owner):
+    they are left as they are, reported lost to B's renewal, not counted released."""
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        await f.enqueue([NewRequest(f"o{i}") for i in range(4)])
+        ta1, ta2 = (t for t, _ in (await f.claim(2, "A")).claims)
+        tb1, tb2 = (t for t, _ in (await f.claim(2, "B")).claims)
+        assert owners(r, keys) == {ta1: "A", ta2: "A", tb1: "B", tb2: "B"}
+        # a lease nobody owns (made by hand: no script makes one)
+        r.zadd(keys.leases, {"77": redis_ms(r) + 60_000})
+        r.hset(keys.inflight, "77", r.hget(keys.inflight, str(tb2)))
+        wait_redis_past(r, redis_ms(r) + 2)  # so a renewal really moves the scores
+
+        scores0 = lease_scores(r, keys)
+        assert await f.renew("B", [ta1, tb1, 77]) == [ta1, 77]
+        scores1 = lease_scores(r, keys)
+        assert scores1[tb1] > scores0[tb1]
+        assert {t: scores1[t] for t in (ta1, ta2, tb2, 77)} == {
+            t: scores0[t] for t in (ta1, ta2, tb2, 77)}
+
+        before = snapshot(r, keys)
+        assert await f.release("B", [ta1, ta2, 77]) == 0  # none of them B's
+        assert snapshot(r, keys) == before
+        r.zadd(keys.workers, {"B": redis_ms(r)})  # (release took B out of the registry)
+        assert await f.release("B", [ta1, tb1, 77]) == 1  # only tb1
+        assert owners(r, keys) == {ta1: "A", ta2: "A", tb2: "B"}
+        assert set(lease_scores(r, keys)) == {ta1, ta2, tb2, 77}
+        assert set(r.hkeys(keys.inflight)) == {str(t) for t in (ta1, ta2, tb2, 77)}
+        assert stats(r, keys)["released"] == 1
+        assert await f.release("", [ta1, tb2]) == 0  # no caller: nothing released
+
+        # A's own calls still work on A's claims
+        assert await f.renew("A", [ta1, ta2]) == []
+        assert await f.release("A", [ta1, ta2]) == 2
+        assert owners(r, keys) == {tb2: "B"}
+        r.zrem(keys.leases, "77")
+        r.hdel(keys.inflight, "77")
+        assert_owners_match_leases(r, keys)
+
+    run(redis_server, crawl_id, body)
+
+
+def test_owners_hash_is_empty_once_every_claim_ended(redis_server, crawl_id):
+    """Each way a lease ends (ack, fail and requeue, fail to the dead letters, a stale
+    ack of a lease without its envelope, release, recovery of an expired lease, and
+    dead-lettering at the last expiry) removes its owner: the owners HASH never holds
+    more than the leases, and nothing once the crawl is drained."""
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        short = new_frontier(redis_server.url, crawl_id, lease_ms=100, max_attempts=2)
+        try:
+            await f.enqueue([NewRequest(f"d{i}") for i in range(8)])
+            c = (await f.claim(5, "w1")).claims
+            assert_owners_match_leases(r, keys)
+            assert set(owners(r, keys).values()) == {"w1"}
+            (t0, e0), (t1, e1), (t2, e2), (t3, e3), (t4, e4) = c
+            res = await f.commit(acks=[(t0, e0.rid)],
+                                 fails=[Failure(t1, "retry"), Failure(t2, "bad", True)])
+            assert (res.acks, res.fails) == ([3], [1, 2])
+            assert_owners_match_leases(r, keys)
+            r.hdel(keys.inflight, t3)  # a lease whose envelope is gone: the ack ends it
+            assert await f.ack(t3, e3.rid) == 3
+            assert_owners_match_leases(r, keys)
+            assert await f.release("w1", [t4]) == 1
+            assert owners(r, keys) == {} and r.zcard(keys.leases) == 0
+
+            # the rest (d4 released, d1 requeued, d5, d6, d7) expires under "dies" ...
+            assert len((await short.claim(10, "dies")).claims) == 5
+            assert set(owners(r, keys).values()) == {"dies"}
+            assert_owners_match_leases(r, keys)
+            wait_redis_past(r, max(lease_scores(r, keys).values()))
+            assert await f.recover() == (5, 0, 0)
+            assert owners(r, keys) == {} and r.zcard(keys.leases) == 0
+            # ... and again, each alone now (suspects): d1 reaches max_attempts (3)
+            for _ in range(5):
+                assert len((await short.claim(10, "dies")).claims) == 1
+                assert_owners_match_leases(r, keys)
+            wait_redis_past(r, max(lease_scores(r, keys).values()))
+            assert await f.recover() == (4, 1, 0)
+            assert owners(r, keys) == {} and r.zcard(keys.leases) == 0
+            # claim what is left one by one and ack it
+            while True:
+                got = (await f.claim(1, "w2")).claims
+                if not got:
+                    break
+                assert_owners_match_leases(r, keys)
+                (t, e), = got
+                await f.ack(t, e.rid)
+            assert r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+            assert r.exists(keys.owners) == 0
+        finally:
+            await short.client.aclose()
+
+    run(redis_server, crawl_id, body)
+
+
 def test_plain_requests_queue_in_the_lanes_list_and_others_in_its_zset(redis_server, crawl_id):
     keys = CrawlKeys(crawl_id)
 
@@ -961,8 +1076,9 @@ def test_no_operation_scans_the_processing_set():
             r.config_resetstat()
             assert await f.renew("w", tokens[:5]) == []
             st = commandstats(r)
-            # heartbeat + 5 leases, and the guard (lib_guard.lua: INFO, not counted here)
-            assert st == {"evalsha": 1, "time": 1, "zadd": 6, **GUARD}, st
+            # heartbeat + 5 leases, each checked to be the caller's (owners: hget), and
+            # the guard (lib_guard.lua: INFO, not counted here)
+            assert st == {"evalsha": 1, "time": 1, "zadd": 6, "hget": 5, **GUARD}, st
             assert_guard_called(r)
             scores1 = lease_scores(r, keys)
             assert {t for t in tokens if scores1[t] != scores0[t]} == set(tokens[:5])
@@ -980,16 +1096,18 @@ def test_no_operation_scans_the_processing_set():
             assert await f.ack(t, e.rid) == 3
             st = commandstats(r)
             # + the throughput bucket: time, hincrby, hlen (old buckets pruned past 7);
-            # the claim is checked: hget of its envelope; the commit's reply is kept: set
-            assert st == {"evalsha": 1, "zrem": 1, "hdel": 1, "setbit": 1, "hincrby": 3,
+            # the claim is checked: hget of its envelope; the commit's reply is kept: set;
+            # its envelope and owner deleted: hdel 2
+            assert st == {"evalsha": 1, "zrem": 1, "hdel": 2, "setbit": 1, "hincrby": 3,
                           "time": 1, "hget": 1, "hlen": 1, **GUARD, **CALL_ID,
                           "get": GUARD["get"] + CALL_ID["get"]}, st
 
             r.config_resetstat()
             assert await f.release("w", tokens[:3]) == 3
             st = commandstats(r)
-            # priority 0: back to the head of the lane's LIST (+ the lanes ZSET, NX)
-            assert st == {"evalsha": 1, "zrem": 4, "hget": 3, "hdel": 4, "lpush": 3, "zadd": 3,
+            # priority 0: back to the head of the lane's LIST (+ the lanes ZSET, NX); each
+            # token's owner checked (hget) and deleted (hdel) with its envelope
+            assert st == {"evalsha": 1, "zrem": 4, "hget": 6, "hdel": 7, "lpush": 3, "zadd": 3,
                           "incr": 3, "hincrby": 1}, st
 
         r = srv.client(decode_responses=True)

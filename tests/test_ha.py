@@ -90,6 +90,7 @@ def read_crawl(r: Any, crawl_id: str) -> dict[str, Any]:
         "queued": sum(r.zcard(k.lane_queue(x)) + r.llen(k.lane_fifo(x)) for x in lanes),
         "leases": r.zcard(k.leases),
         "inflight": r.hlen(k.inflight),
+        "owners": r.hlen(k.owners),
         "dead": r.hlen(k.dead),
         "done_bits": r.bitcount(k.done),
         "workers": r.zcard(k.workers),
@@ -100,7 +101,8 @@ def read_crawl(r: Any, crawl_id: str) -> dict[str, Any]:
 def assert_complete(st: dict[str, Any], pages: int) -> None:
     assert st["stats"].get("done") == pages, st
     assert st["done_bits"] == pages, st
-    assert (st["queued"], st["leases"], st["inflight"], st["workers"]) == (0, 0, 0, 0), st
+    assert (st["queued"], st["leases"], st["inflight"], st["owners"], st["workers"]) \
+        == (0, 0, 0, 0, 0), st
 
 
 def assert_every_page_fetched(site, pages: int) -> Counter:

@@ -114,7 +114,7 @@ def test_resolve_claim_gets_the_claims_of_a_lost_reply_and_changes_nothing_other
     async def replay_only(f):
         k = f.keys
         keys_ = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.seq,
-                 k.workers, k.todo, k.lane_queue(""), k.lane_fifo(""), k.rate("")]
+                 k.workers, k.todo, k.owners, k.lane_queue(""), k.lane_fifo(""), k.rate("")]
         args = [2, 60_000, "w", 1, 30_000, 32, "", 0, 1]
         gkeys, gargs = f._guard("claim", "?99")
         return await f._s["claim"](keys=keys_ + gkeys, args=args + gargs)
@@ -179,7 +179,7 @@ def test_200_lost_replies_during_a_three_worker_crawl(server, make_site, start_w
     assert st["done"] == st["enqueued"] == st["acked"] == pages
     assert st["claimed"] == received == pages
     assert "recovered" not in st and "dead" not in st and r.hlen(keys.dead) == 0
-    assert r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+    assert r.zcard(keys.leases) == r.hlen(keys.inflight) == r.hlen(keys.owners) == 0
     for w in workers:
         assert w.close_reason() == "finished"
         assert "Traceback" not in w.log_text(), w.log_tail(80)

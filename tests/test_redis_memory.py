@@ -124,7 +124,7 @@ def test_scripts_finish_whatever_state_they_find(server, crawl_id):
     released, failed, (t3, e3) = asyncio.run(main())
     assert released == 1  # t3 went back to the queue, t1 had nothing to put back
     assert failed.fails == [0] and failed.acks == [3]
-    assert r.zcard(keys.leases) == 0 and r.hlen(keys.inflight) == 0
+    assert r.zcard(keys.leases) == 0 and r.hlen(keys.inflight) == 0 == r.hlen(keys.owners)
     assert [e.split("|")[-1] for e in r.lrange(keys.lane_fifo(""), 0, -1)] == ["r2"]
 
 

@@ -94,7 +94,7 @@ def test_after_a_rollback_no_token_is_reissued_and_stale_acks_settle_nothing_els
         asyncio.run(main())
         st = stats(r, keys)
         assert st["done"] == 3 and st["acked"] == 3 and st["acked_earlier_epoch"] == 3
-        assert r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
+        assert r.zcard(keys.leases) == r.hlen(keys.inflight) == r.hlen(keys.owners) == 0
 
 
 def test_leases_brought_back_by_a_rollback_are_requeued_without_an_attempt():
@@ -179,6 +179,7 @@ def test_five_rollbacks_during_a_three_worker_crawl_lose_nothing(
         st = stats(r, keys)
         dead = r.hlen(keys.dead)
         leases, inflight = r.zcard(keys.leases), r.hlen(keys.inflight)
+        owners = r.hlen(keys.owners)
 
     counts = site.count_by_path(include_query=False)
     missing = site.all_page_paths() - set(counts)
@@ -194,7 +195,7 @@ def test_five_rollbacks_during_a_three_worker_crawl_lose_nothing(
     assert all(m > 0 for m in marks), marks  # each rollback really lost writes
     assert not missing, sorted(missing)[:20]
     assert dead == 0 and "dead" not in st
-    assert leases == inflight == 0
+    assert leases == inflight == owners == 0
     for w in workers:
         assert w.close_reason() == "finished", w.log_tail()
         assert "Traceback" not in w.log_text(), w.log_tail(80)

@@ -459,11 +459,18 @@ def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis
         lines += [f"  {name:<44} {value:>14,}" if isinstance(value, int) else
                   f"  {name:<44} {value:>14,.1f}" for name, value in headline_stats(cur.stats)]
     if alive:
-        lines += ["", f"  {'worker':<34} {'heartbeat':>11} {'in flight':>10} {'acked':>10}"]
+        lines += ["", f"  {'worker':<34} {'heartbeat':>11} {'in flight':>10} {'acked':>10} "
+                      f"{'leases':>8}"]
         for w in alive:
             lines.append(f"  {w.id:<34} {_age(w.heartbeat_age_s) + ' ago':>11} "
                          f"{'?' if w.inflight is None else w.inflight:>10} "
-                         f"{'?' if w.acked is None else f'{w.acked:,}':>10}")
+                         f"{'?' if w.acked is None else f'{w.acked:,}':>10} "
+                         f"{cur.leases_by_worker.get(w.id, 0):>8,}")
+    orphans = cur.leases_of_gone_workers()
+    if orphans:
+        lines += ["", f"  leases of workers not alive, waiting to expire: "
+                      f"{sum(orphans.values()):,}"]
+        lines += [f"  {wid:<34} {n:>8,}" for wid, n in orphans.items()]
     lines.append("")
     if warnings:
         lines += [f"  WARNING: {d.message}" for d in warnings]

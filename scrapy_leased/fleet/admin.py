@@ -15,6 +15,7 @@ here is asynchronous (redis.asyncio), like ``Frontier``; it knows nothing of Scr
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,7 @@ class Lease:
     token: int
     deadline_ms: int
     envelope: Envelope | None
+    owner: str | None = None  # the worker holding it (the ``owners`` HASH)
 
 
 class FleetAdmin:
@@ -159,8 +161,9 @@ class FleetAdmin:
         k = self.keys
         counts = await self.frontier.counts(self.worker_ttl_ms)
         reads: list[tuple[Any, ...]] = [("HGETALL", k.throughput)]
-        if workers:
-            reads += [("ZRANGE", k.workers, 0, -1, "WITHSCORES"), ("HGETALL", k.worker_info)]
+        if workers:  # + who holds each lease: one HVALS, as long as the leases (not the queue)
+            reads += [("ZRANGE", k.workers, 0, -1, "WITHSCORES"), ("HGETALL", k.worker_info),
+                      ("HVALS", k.owners)]
         reads.append(("HGETALL", k.fleet_stats))
         now_ms, res = await read_atomic(self._s["read"], *reads)
         fleet_stats = decode_fleet_stats(pairs(res.pop()))
@@ -182,6 +185,7 @@ class FleetAdmin:
         if workers:
             snap.workers = self._workers(now_ms, [(w, float(s)) for w, s in pairs(res[1])],
                                          dict(pairs(res[2])))
+            snap.leases_by_worker = dict(sorted(Counter(as_str(w) for w in res[3]).items()))
             snap.lanes_total, snap.lanes = await self.lanes(now_ms)
         if memory:  # the server holding the crawl (on a cluster: its slot's master)
             info = await server_info(self.client, "memory", k.meta)
@@ -211,11 +215,14 @@ class FleetAdmin:
         return out
 
     async def leases(self) -> tuple[int, list[Lease]]:
-        """(Redis time ms, every live lease with its envelope): what is in flight."""
+        """(Redis time ms, every live lease with its envelope and owner): what is in
+        flight."""
         k = self.keys
-        now_ms, (leases, inflight) = await read_atomic(
-            self._s["read"], ("ZRANGE", k.leases, 0, -1, "WITHSCORES"), ("HGETALL", k.inflight))
+        now_ms, (leases, inflight, owned) = await read_atomic(
+            self._s["read"], ("ZRANGE", k.leases, 0, -1, "WITHSCORES"), ("HGETALL", k.inflight),
+            ("HGETALL", k.owners))
         envs = {as_str(t): as_str(e) for t, e in pairs(inflight)}
+        owners = {as_str(t): as_str(w) for t, w in pairs(owned)}
         out = []
         for token, deadline in pairs(leases):
             raw = envs.get(as_str(token))
@@ -223,7 +230,8 @@ class FleetAdmin:
                 env = Envelope.parse(raw) if raw is not None else None
             except ValueError:
                 env = None
-            out.append(Lease(int(as_str(token)), int(float(deadline)), env))
+            out.append(Lease(int(as_str(token)), int(float(deadline)), env,
+                             owners.get(as_str(token))))
         return now_ms, out
 
     async def lease_deadlines(self, tokens: Sequence[int]) -> tuple[int, list[int | None]]:

@@ -76,6 +76,15 @@ class Snapshot:
     lanes_total: int = 0
     #: The fleet's Scrapy stats (observe/flush.py): every worker's, added up
     stats: dict[str, int | float] = field(default_factory=dict)
+    #: Live leases per worker id, from the ``owners`` HASH (who holds each claim), read
+    #: with the workers: also the workers no longer alive, whose leases wait to expire
+    leases_by_worker: dict[str, int] = field(default_factory=dict)
+
+    def leases_of_gone_workers(self) -> dict[str, int]:
+        """``leases_by_worker`` of the workers not alive (no heartbeat for longer than the
+        worker TTL, or not in the registry any more): leases waiting to expire."""
+        alive = {w.id for w in self.workers if w.alive}
+        return {w: n for w, n in self.leases_by_worker.items() if w not in alive}
 
     @property
     def pages_per_min(self) -> float:
@@ -107,6 +116,7 @@ class Snapshot:
             "dead": self.dead,
             "workers_alive": self.workers_alive,
             "workers": [asdict(w) for w in self.workers],
+            "leases_by_worker": dict(self.leases_by_worker),
             "throughput": {"pages_per_min": round(self.pages_per_min, 1),
                            "done_last_minute": self.done_last_minute,
                            "window_s": round(self.window_s, 3)},

@@ -100,6 +100,11 @@ class CrawlKeys:
     inflight = KeyName(
         """HASH: claim token -> envelope being processed.""")
 
+    owners = KeyName(
+        """HASH: claim token -> id of the worker holding the claim, set by the claim and
+        removed with the lease (never more entries than ``leases``). Release and renew
+        act only on the caller's own tokens; ``status`` counts leases per worker here.""")
+
     done = KeyName(
         """BITMAP: bit rid is set once request rid was processed.""")
 

@@ -170,7 +170,7 @@ class Frontier:
         and the same contents, and it is applied once. None: a new id."""
         k = self.keys
         keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
-                k.throughput]
+                k.throughput, k.owners]
         extra = ExtraKeys(keys)
         args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts]
         for r in enqueue:
@@ -203,7 +203,7 @@ class Frontier:
         if self._pending_claim is None:  # else: send the claim whose reply was lost again
             k = self.keys
             keys = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.seq,
-                    k.workers, k.todo]
+                    k.workers, k.todo, k.owners]
             args: list[Any] = [count, self.lease_ms, worker_id, len(lanes), self.half_life_ms,
                                self.ready_lanes]
             for lane, budget in lanes:
@@ -249,7 +249,7 @@ class Frontier:
         left = int(out[1])
         if len(out) == 2:
             return 0, 0, left
-        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.dead]
+        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.dead, k.owners]
         extra = ExtraKeys(keys)
         args: list[Any] = [self.max_attempts]
         for i in range(2, len(out), 2):
@@ -265,21 +265,23 @@ class Frontier:
         return int(requeued), int(dead), left
 
     async def renew(self, worker_id: str, tokens: Sequence[int], info: str = "") -> list[int]:
-        """Heartbeat + lease extension; returns the tokens whose lease was lost.
+        """Heartbeat + lease extension; returns the tokens whose lease was lost (or is
+        not this worker's: only the leases ``worker_id`` owns are renewed).
         ``info`` (JSON) replaces the worker's entry in ``worker_info`` when given.
         Registry entries silent for ``prune_ms`` are removed on the way."""
         k = self.keys
         gkeys, gargs = self._guard()
         out = self._seen(await self._s["renew"](
-            keys=[k.leases, k.workers, k.worker_info] + gkeys,
+            keys=[k.leases, k.workers, k.worker_info, k.owners] + gkeys,
             args=[self.lease_ms, worker_id, info, self.prune_ms, *tokens] + gargs))
         return [int(t) for t in out[1:]]
 
     async def release(self, worker_id: str, claims: Sequence[int | tuple[int, str]]) -> int:
         """Give back unstarted claims: tokens, or (token, lane) for claims not in the
-        default lane."""
+        default lane. Only the claims ``worker_id`` owns are released (and counted)."""
         k = self.keys
-        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.workers, k.worker_info]
+        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.workers, k.worker_info,
+                k.owners]
         extra = ExtraKeys(keys)
         args: list[Any] = [worker_id]
         for item in claims:

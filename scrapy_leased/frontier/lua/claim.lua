@@ -18,7 +18,8 @@
 -- KEYS[9] workers   ZSET  worker id -> last heartbeat (ms)
 -- KEYS[10] todo     STRING  number of queued requests (never below 0, even when
 --                  members were added to a queue by hand)
--- KEYS[8 + 3i], KEYS[9 + 3i], KEYS[10 + 3i]: the queue ZSET, queue LIST and rate HASH of
+-- KEYS[11] owners   HASH  claim token -> worker id holding it (set with each lease)
+-- KEYS[9 + 3i], KEYS[10 + 3i], KEYS[11 + 3i]: the queue ZSET, queue LIST and rate HASH of
 --                  candidate lane i (lib_settle.lua: a lane's queue)
 -- ARGV[1] max number of requests to claim (may be 0: only report)
 -- ARGV[2] lease length in ms  ARGV[3] worker id  ARGV[4] number of candidate lanes
@@ -55,11 +56,11 @@ for i = 1, tonumber(ARGV[4]) do
   local lane, a = ARGV[4 + 3 * i], 4 + 3 * i
   local score = redis.call('ZSCORE', KEYS[1], lane)
   if score and tonumber(score) <= now then
-    local rate = KEYS[10 + 3 * i]
+    local rate = KEYS[11 + 3 * i]
     local avail, interval, ready = rate_claimable(rate, tonumber(ARGV[a + 1]),
       tonumber(ARGV[a + 2]), now, half_life)
     if avail > 0 then
-      active[#active + 1] = {lane = lane, queue = lane_queue(8 + 3 * i), rate = rate,
+      active[#active + 1] = {lane = lane, queue = lane_queue(9 + 3 * i), rate = rate,
         avail = avail, interval = interval, burst = tonumber(ARGV[a + 2]), took = 0}
     else
       redis.call('ZADD', KEYS[1], 'XX', ready, lane)
@@ -112,6 +113,7 @@ while got < want and #active > 0 and not stop do
         local token = int_str(guard_token(g))
         redis.call('ZADD', KEYS[2], now + lease_ms, token)
         redis.call('HSET', KEYS[3], token, env)
+        redis.call('HSET', KEYS[11], token, ARGV[3])
         claims[#claims + 1] = token
         claims[#claims + 1] = env
         got = got + 1

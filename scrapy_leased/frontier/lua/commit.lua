@@ -6,7 +6,8 @@
 -- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
 -- KEYS[6] inflight  KEYS[7] done  KEYS[8] dead  KEYS[9] rids (request id counter)
 -- KEYS[10] throughput (HASH 10-second bucket -> requests newly done)
--- KEYS[11..] seen buckets (SETs of 64-bit integers) and lane queues (a ZSET, then its
+-- KEYS[11] owners (HASH claim token -> worker id: removed with each lease that ends)
+-- KEYS[12..] seen buckets (SETs of 64-bit integers) and lane queues (a ZSET, then its
 --           LIST: lib_settle.lua), by index below
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's commit
 -- call key)
@@ -72,9 +73,11 @@ for _ = 1, n_ack do
   if env and parse_envelope(env) == rid then
     held = redis.call('ZREM', KEYS[5], token)
     redis.call('HDEL', KEYS[6], token)
+    redis.call('HDEL', KEYS[11], token)
     trusted = true
   elseif not env then
     held = redis.call('ZREM', KEYS[5], token)  -- a lease without an envelope goes too
+    if held == 1 then redis.call('HDEL', KEYS[11], token) end
     trusted = not guard_before_epoch(g, token)
   end
   local newly_done = 0
@@ -111,11 +114,14 @@ if n_fail > 0 then
     if env and (rid == '' or parse_envelope(env) == rid)
         and redis.call('ZREM', KEYS[5], token) == 1 then
       redis.call('HDEL', KEYS[6], token)
+      redis.call('HDEL', KEYS[11], token)
       redis.call('HINCRBY', KEYS[4], 'failed', 1)
       out[#out + 1] = 1 + settle_failure(keys, lane_queue(tonumber(ARGV[a + 3])), env, ARGV[a + 1],
         max_attempts, ARGV[a + 2] == '1', now, 0)
     else
-      if not env then redis.call('ZREM', KEYS[5], token) end
+      if not env and redis.call('ZREM', KEYS[5], token) == 1 then
+        redis.call('HDEL', KEYS[11], token)
+      end
       out[#out + 1] = 0
     end
     a = a + 6

@@ -3,11 +3,11 @@
 -- (redis-py's cluster client cannot put TIME in a transaction). Changes nothing.
 -- KEYS[1..]  the keys read (a crawl's keys: one {hash tag}, one cluster slot)
 -- ARGV[1]    number of commands n, then per command:
---            name (GET, HLEN, HGETALL, HMGET, LLEN, ZCARD, ZMSCORE, ZRANGE), index of
+--            name (GET, HLEN, HGETALL, HMGET, HVALS, LLEN, ZCARD, ZMSCORE, ZRANGE), index of
 --            its key in KEYS, number of further arguments c, those c arguments
 -- Returns {seconds, microseconds, reply 1, ..., reply n}; HGETALL and ZRANGE
 -- ... WITHSCORES replies are flat arrays, missing values false (nil).
-local READ = {GET = true, HLEN = true, HGETALL = true, HMGET = true, LLEN = true,
+local READ = {GET = true, HLEN = true, HGETALL = true, HMGET = true, HVALS = true, LLEN = true,
               ZCARD = true, ZMSCORE = true, ZRANGE = true}
 local out = redis.call('TIME')
 local i = 2

@@ -8,7 +8,8 @@
 -- went back in time since) is requeued without counting an attempt: Redis may have
 -- forgotten the ack of a worker that finished it, or the renewals of one that lives.
 -- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
--- KEYS[6] inflight  KEYS[7] dead  KEYS[8..] lane queues (a ZSET, then its LIST)
+-- KEYS[6] inflight  KEYS[7] dead  KEYS[8] owners (HASH token -> worker id: removed with
+-- each lease recovered)  KEYS[9..] lane queues (a ZSET, then its LIST)
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, any key)
 -- ARGV[1] max_attempts, then pairs {token, index into KEYS of its lane's queue ZSET},
 -- then the guard's four ARGV (call id '', epoch, token, rid seen)
@@ -25,6 +26,7 @@ for i = 2, #ARGV - GUARD_ARGS, 2 do
     redis.call('ZREM', KEYS[5], token)
     local env = redis.call('HGET', KEYS[6], token)
     redis.call('HDEL', KEYS[6], token)
+    redis.call('HDEL', KEYS[8], token)
     if env then
       local q = lane_queue(tonumber(ARGV[i + 1]))
       local rid, _, _, priority, lane = parse_envelope(env)

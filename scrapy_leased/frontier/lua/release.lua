@@ -3,15 +3,20 @@
 -- to the FRONT of their priority in their lane (they were at the front when claimed),
 -- in the order they were first queued (by rid), and no attempt is counted. The worker
 -- leaves the registry.
+-- Only the caller's own claims are released: a token whose owner (the `owners` HASH)
+-- is another worker, or that has no owner, is left alone and not counted.
 -- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
--- KEYS[6] inflight  KEYS[7] workers  KEYS[8] worker_info  KEYS[9..] lane queues (a ZSET,
--- then its LIST: lib_settle.lua)
--- ARGV[1] worker id ('' = none), then pairs {token, index into KEYS of its lane's queue ZSET}
+-- KEYS[6] inflight  KEYS[7] workers  KEYS[8] worker_info  KEYS[9] owners (HASH claim
+-- token -> worker id)  KEYS[10..] lane queues (a ZSET, then its LIST: lib_settle.lua)
+-- ARGV[1] worker id ('' = none: nothing is released), then pairs {token, index into
+-- KEYS of its lane's queue ZSET}
 -- Returns the number of requests released.
 local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3]}
 local back = {}
 for i = 2, #ARGV, 2 do
-  if redis.call('ZREM', KEYS[5], ARGV[i]) == 1 then
+  if ARGV[1] ~= '' and redis.call('HGET', KEYS[9], ARGV[i]) == ARGV[1]
+      and redis.call('ZREM', KEYS[5], ARGV[i]) == 1 then
+    redis.call('HDEL', KEYS[9], ARGV[i])
     local env = redis.call('HGET', KEYS[6], ARGV[i])
     redis.call('HDEL', KEYS[6], ARGV[i])
     local rid, priority, lane

@@ -1,6 +1,8 @@
 #!lua flags=allow-oom
 -- renew: heartbeat of one worker. Refreshes its registry entry and extends the
--- leases it still holds. A lease that was already reaped is NOT recreated (ZADD XX).
+-- leases it still holds. A lease that was already reaped is NOT recreated (ZADD XX),
+-- and only the caller's own leases are renewed: a token whose owner (the `owners` HASH)
+-- is another worker, or that has no owner, is reported lost and left alone.
 -- Runs when Redis is out of memory (allow-oom: it only extends what exists), so a live
 -- worker keeps its leases while recovery, which needs memory, is refused.
 -- Registry entries of workers silent for longer than the prune age are removed (up to
@@ -8,6 +10,7 @@
 -- KEYS[1] leases  ZSET token -> deadline (ms)
 -- KEYS[2] workers ZSET worker id -> last heartbeat (ms)
 -- KEYS[3] worker_info HASH worker id -> JSON about the worker
+-- KEYS[4] owners  HASH claim token -> worker id holding it
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, any key)
 -- ARGV[1] lease length in ms  ARGV[2] worker id  ARGV[3] worker info JSON ('' = keep)
 -- ARGV[4] prune age ms (0 = never prune)
@@ -29,8 +32,9 @@ end
 local deadline = now + tonumber(ARGV[1])
 local out = {now}
 for i = 5, #ARGV - GUARD_ARGS do
-  if redis.call('ZADD', KEYS[1], 'XX', 'CH', deadline, ARGV[i]) == 0
-      and not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+  if redis.call('HGET', KEYS[4], ARGV[i]) ~= ARGV[2]
+      or (redis.call('ZADD', KEYS[1], 'XX', 'CH', deadline, ARGV[i]) == 0
+          and not redis.call('ZSCORE', KEYS[1], ARGV[i])) then
     out[#out + 1] = ARGV[i]
   end
 end

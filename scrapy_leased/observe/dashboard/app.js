@@ -97,7 +97,8 @@ function render(data) {
   fillTable("#workers", s.workers.map((w) => el("tr", { "data-worker": w.id, class: w.alive ? "" : "empty" },
     el("td", {}, w.id + (w.alive ? "" : " (gone)")), el("td", { class: "n" }, age(w.heartbeat_age_s) + " ago"),
     el("td", { class: "n" }, fmt(w.inflight)), el("td", { class: "n" }, fmt(w.acked)),
-    el("td", { class: "n" }, fmt(w.capacity)))), "no workers");
+    el("td", { class: "n" }, fmt(w.capacity)),
+    el("td", { class: "n" }, fmt((s.leases_by_worker || {})[w.id] ?? 0)))), "no workers");
 
   fillTable("#hosts", s.budget.lanes.map((l) => el("tr", { "data-host": l.lane },
     el("td", {}, l.lane || "(default)"), el("td", { class: "n" }, fmt(l.queued)), el("td", {}, l.budget),
