@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from typing import TYPE_CHECKING
 
 from .config import LeasedConfig, LeasedConfigError
@@ -58,17 +56,6 @@ def check_reactor(settings: Settings) -> None:
             "TWISTED_REACTOR_ENABLED = False to run without a reactor.")
 
 
-def event_loop_running() -> bool:
-    """Whether this thread runs an event loop now (asyncio's, or a Twisted reactor)."""
-    try:
-        asyncio.get_running_loop()
-        return True
-    except RuntimeError:
-        pass
-    reactor = sys.modules.get("twisted.internet.reactor")
-    return bool(getattr(reactor, "running", False))
-
-
 class Addon:
     """Sets the leased scheduler, dupefilter and middlewares at "addon" priority, so a
     project can still override each of them (the others then step aside). It checks
@@ -78,11 +65,9 @@ class Addon:
     def update_settings(self, settings: Settings) -> None:
         check_reactor(settings)
         config = LeasedConfig.from_settings(settings)  # every LEASED_* setting, or one error
-        if config.redis_url is not None and not event_loop_running():
+        if config.redis_url is not None:
             # one clear error, before the engine exists; a Redis that does not answer yet
-            # (restarting, failing over) is waited for, up to LEASED_CONNECT_TIMEOUT.
-            # Inside a running event loop (a CrawlerRunner in an application) nothing may
-            # wait here: the scheduler's asynchronous open does the same wait and checks.
+            # (restarting, failing over) is waited for, up to LEASED_CONNECT_TIMEOUT
             check_reachable(config.redis_url, timeout=config.connect_timeout)
         settings.set("SCHEDULER", LeasedScheduler, "addon")
         settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")

@@ -39,10 +39,9 @@ class LeasedRedisError(RuntimeError):
 
 def check_reachable(url: str, setting: str = "LEASED_REDIS_URL",
                     timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
-    """Synchronously, at start-up only, when no event loop runs yet (the add-on, before
-    the engine exists, so that a Redis that cannot be used stops the worker with one
-    clear error): wait up to ``timeout`` seconds for Redis to answer, then check it like
-    ``connect``. Never called on a running loop: there ``connect`` waits instead."""
+    """Synchronously, at start-up only (the add-on, before the engine exists, so that a
+    Redis that cannot be used stops the worker with one clear error): wait up to
+    ``timeout`` seconds for Redis to answer, then check it like ``connect``."""
     try:
         client = make_client(url, sync=True, socket_connect_timeout=5, socket_timeout=5)
     except Exception as exc:
