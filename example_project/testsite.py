@@ -67,6 +67,7 @@ from urllib.parse import parse_qs, urlsplit
 SCRIPT = Path(__file__).resolve()
 
 N_CHILDREN = 10
+HOLD_TIMEOUT = 300.0  # the longest a held page waits for Site.release()
 
 
 def page_children(i: int, pages: int) -> list[int]:
@@ -145,6 +146,8 @@ class _Handler(BaseHTTPRequestHandler):
             if i is not None:
                 if self.site.delay > 0:
                     time.sleep(self.site.delay)
+                if not self.site.gate.is_set():  # held: until release() (in-process Site)
+                    self.site.gate.wait(HOLD_TIMEOUT)
                 return self._send(200, page_html(i, pages, self.site.link_bases))
         elif len(parts) == 2 and parts[0] == "slow":
             i = self._page_index(parts[1])
@@ -225,7 +228,9 @@ class Site:
     ``Site(ports=3, distinct_hosts=True)`` -> 127.0.0.1, 127.0.0.2, 127.0.0.3.
     ``port``: fixed port for the first listener (default 0 = free port).
     ``spread``: split the pages between the listeners, with absolute links (see the
-    module docstring).  ``delay``: seconds every ``/p/`` page takes.
+    module docstring).  ``delay``: seconds every ``/p/`` page takes.  :meth:`hold`
+    makes ``/p/`` pages wait until :meth:`release` (at most ``HOLD_TIMEOUT`` seconds), so
+    a test knows a crawl cannot move on, nor end, in between.
     """
 
     def __init__(
@@ -254,6 +259,8 @@ class Site:
         self._first_port = port
         self.spread = spread
         self.delay = delay
+        self.gate = threading.Event()  # set: pages are answered (hold() clears it)
+        self.gate.set()
         self.link_bases: list[str] | None = None  # set at start when spread
         self.log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -291,7 +298,16 @@ class Site:
             self._threads.append(t)
         return self
 
+    def hold(self) -> None:
+        """From now on, ``/p/`` pages are answered only after ``release()``."""
+        self.gate.clear()
+
+    def release(self) -> None:
+        """Answer the held pages, and the next ones at once."""
+        self.gate.set()
+
     def stop(self) -> None:
+        self.gate.set()  # no handler thread stays blocked
         serving = bool(self._threads)  # shutdown() blocks unless serve_forever runs
         for srv in self._servers:
             if serving:

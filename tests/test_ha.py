@@ -372,16 +372,20 @@ def test_cluster_slot_migration_and_shard_failover_mid_crawl(cluster, make_site,
     """3 workers, 2,000 pages on a 3-master cluster. At 500 pages done the crawl's slot
     is migrated to another master, 5 keys at a time, 20 ms apart (the workers meet ASK
     and TRYAGAIN for its whole length, then MOVED); at 1,300 done the master now serving
-    the slot is killed with kill -9 and its replica takes over. done == 2,000, all
+    the slot is killed with kill -9 and its replica takes over (the site holds its pages
+    over the failover, so that work is left for the promoted replica). done == 2,000, all
     workers 'finished', every page fetched, nothing queued or leased, no dead letter."""
     pages = 2000
-    site = make_site(pages=pages)
+    # Every page takes 0.5 s: with 3 x 8 downloads at a time (one host), the 1,500 pages
+    # after the first 500 take at least 31 s however fast the machine, so the crawl is
+    # still on when the slot has migrated (7 s on a loaded machine).
+    site = make_site(pages=pages, delay=0.5)
     k = CrawlKeys(crawl_id)
     slot = cluster.keyslot(k.meta)
     source = cluster.owner(slot)
     dest = next(m for m in cluster.masters() if m is not source)
-    ws = [start_worker(cluster.url, crawl_id, site.url + "/p/0", name=f"w{i}", settings=HA)
-          for i in range(3)]
+    ws = [start_worker(cluster.url, crawl_id, site.url + "/p/0", name=f"w{i}",
+                       settings={**HA, **start_worker.barrier(3)}) for i in range(3)]
     r = cluster.client()
 
     def done() -> int:
@@ -400,10 +404,18 @@ def test_cluster_slot_migration_and_shard_failover_mid_crawl(cluster, make_site,
     wait_for(lambda: done() >= 1300, WAIT, "1,300 pages done", ws)
     replica = cluster.replicas_of(dest.port)[0]
     assert replica.client().script_exists(script_sha("claim")) == [False]
-    cluster.kill(dest)
-    t_kill = time.monotonic()
-    cluster.wait_failover(dest)
-    t_promoted = time.monotonic()
+    # Held again over the failover, so that what is left is claimed from the promoted
+    # replica however fast the workers would have crawled meanwhile.
+    site.hold()
+    try:
+        wait_for(lambda: done() + int(r.zcard(k.leases)) < pages, WAIT,
+                 "work left for after the failover", ws)
+        cluster.kill(dest)
+        t_kill = time.monotonic()
+        cluster.wait_failover(dest)
+        t_promoted = time.monotonic()
+    finally:
+        site.release()
     for w in ws:
         assert_finished(w)
 
