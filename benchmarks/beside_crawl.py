@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,8 @@ def one_run(repo: Path, out: Path, k: int) -> tuple[bool, str, float]:
 
 
 def main() -> int:
+    # SIGTERM ends the check like Ctrl-C: the side crawl's workers are killed on the way out
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--repo", type=Path, default=REPO)
