@@ -199,8 +199,8 @@ class Demo:
             raise SystemExit(f"crawl {self.opts.crawl_id!r} has {len(alive)} live workers "
                              f"({', '.join(w.id for w in alive)}): stop them, or pass another "
                              f"--crawl-id")
-        print(f"Reset crawl {self.opts.crawl_id!r}: deleted {await admin.reset():,} keys "
-              f"of a previous run")
+        deleted, _ = await admin.reset()
+        print(f"Reset crawl {self.opts.crawl_id!r}: deleted {deleted:,} keys of a previous run")
 
     async def watch(self, admin: FleetAdmin) -> Snapshot:
         opts = self.opts

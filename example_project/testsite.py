@@ -43,6 +43,8 @@ Every request is logged as a dict::
      "user_agent": "<User-Agent header>", "port": <server port>,
      "server_host": "<bind address>", "status": 200}
 
+and, for a POST, ``"body"``: the request's body as text.
+
 kept in memory (``Site.log``, a list guarded by a lock) and, if ``log_path``
 is given, appended as one JSON line per request to that file (flushed per
 line, so a test can read it while the site runs).
@@ -199,8 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        self.body = self.rfile.read(length) if length else b""
         self._route()
 
 
@@ -367,6 +368,9 @@ class Site:
             "server_host": handler.server.server_address[0],
             "status": status,
         }
+        body = getattr(handler, "body", None)
+        if body is not None:  # a POST: its body, as text
+            entry["body"] = body.decode("utf-8", "replace")
         with self._lock:
             self.log.append(entry)
             if self._logfile is not None:
@@ -523,12 +527,18 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap.add_argument("--port", type=int, default=0, help="port of the first listener (0 = free port)")
     ap.add_argument("--ports", type=int, default=1, help="number of listeners")
     ap.add_argument("--distinct-hosts", action="store_true", help="bind listener k to 127.0.0.(k+1)")
+    ap.add_argument("--host", default=None,
+                    help="bind every listener to this address (default 127.0.0.1; 0.0.0.0 in a "
+                         "container, for the other containers: deploy/docker-compose.yml)")
     ap.add_argument("--log", default=None, help="append one JSON line per request to this file")
     ap.add_argument("--spread", action="store_true",
                     help="page j on listener j %% ports, absolute links (one crawl covers all hosts)")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds each /p/ page takes")
     ns = ap.parse_args(argv)
+    if ns.host is not None and ns.distinct_hosts:
+        ap.error("--host and --distinct-hosts exclude each other")
     site = Site(pages=ns.pages, log_path=ns.log, ports=ns.ports, distinct_hosts=ns.distinct_hosts,
+                hosts=None if ns.host is None else [ns.host] * ns.ports,
                 port=ns.port, spread=ns.spread, delay=ns.delay)
     site.start()
     done = threading.Event()

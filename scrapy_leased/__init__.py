@@ -14,19 +14,22 @@ from ._version import __version__
 if TYPE_CHECKING:
     from .addon import Addon
     from .dupefilter import LeasedDupeFilter
+    from .feed import AsyncCrawl, Crawl
     from .meta import claim_token
     from .middleware import LeasedFailureMiddleware
     from .scheduler import LeasedScheduler
 
 _EXPORTS = {
     "Addon": "addon",
+    "AsyncCrawl": "feed",
+    "Crawl": "feed",
     "LeasedDupeFilter": "dupefilter",
     "LeasedFailureMiddleware": "middleware",
     "LeasedScheduler": "scheduler",
     "claim_token": "meta",
 }
-__all__ = ["Addon", "LeasedDupeFilter", "LeasedFailureMiddleware", "LeasedScheduler",
-           "claim_token", "__version__"]
+__all__ = ["Addon", "AsyncCrawl", "Crawl", "LeasedDupeFilter", "LeasedFailureMiddleware",
+           "LeasedScheduler", "claim_token", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -17,15 +17,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from scrapy import Request
 
+    from .frontier import Revisit
+
 
 class Claim:
     __slots__ = ("token", "rid", "lane", "outstanding", "failure", "permanent", "lost",
-                 "current")
+                 "current", "revisit")
 
     def __init__(self, token: int, rid: int, lane: str) -> None:
         self.token = token
         self.rid = rid
         self.lane = lane
+        self.revisit: Revisit | None = None  # queued again this long after its ack
         self.outstanding = 1  # request objects of this claim not yet finished by Scrapy
         self.failure: str | None = None
         self.permanent = False
@@ -71,15 +74,16 @@ class ClaimBook:
         """The loop time of the first deferred request, None when none waits."""
         return self.deferred[0][0] if self.deferred else None
 
-    def take(self, now: float) -> tuple[Request, Claim, str] | None:
+    def take(self, now: float, fresh: bool = True) -> tuple[Request, Claim, str] | None:
         """The next request to hand to the engine, and where it was ("memory",
-        "redis"), or None: none now."""
+        "redis"), or None: none now. Without ``fresh`` (the fleet is paused), only the
+        continuations of claims already started: no claim is started."""
         where = "memory"
         if self.deferred and self.deferred[0][0] <= now:
             _, _, request, claim = heapq.heappop(self.deferred)
         elif self.local:
             request, claim = self.local.popleft()
-        elif self.isolated is not None:
+        elif self.isolated is not None or not fresh:
             return None
         elif self.ready:
             request, claim = self.ready.popleft()
@@ -95,6 +99,11 @@ class ClaimBook:
         self.handed[request] = claim
         claim.current = request
         return request, claim, where
+
+    def started_busy(self) -> bool:
+        """Claims started (handed to the engine) that are not settled yet, or their
+        continuations (a retry, a request waiting for its rate budget)."""
+        return bool(self.handed or self.local or self.deferred)
 
     def wants_more(self) -> bool:
         """Nothing to hand out and no suspect running alone: more claims are wanted."""

@@ -122,10 +122,21 @@ class LeaseKeeper:
                                    "process it again",
                                    {"token": token})
 
+    async def revisit(self) -> int:
+        """Queue again the requests whose revisit is due (keys.py: revisit); returns how
+        many. Raises RedisError or OSError."""
+        queued = await self.frontier.revisit()
+        if queued:
+            self.stats.inc_value("leased/revisited", queued)
+            logger.debug("Queued %(n)d requests again for their revisit", {"n": queued})
+            self.on_recovered()
+        return queued
+
     async def sweep_loop(self) -> None:
         while running(self.closing):
             try:
                 requeued, dead, left = await self.frontier.recover()
+                await self.revisit()
             except (RedisError, OSError) as exc:
                 self.warn("sweep", "Cannot recover expired leases, retrying: %s", exc)
                 await asyncio.sleep(self.sweep_interval)

@@ -188,11 +188,18 @@ class Codec:
 
     # -- encode ----------------------------------------------------------------------
 
-    def encode(self, request: Request, spider: Spider | None) -> str:
-        """Return the request as JSON; raise PayloadError naming what cannot be stored."""
+    def encode(self, request: Request, spider: Spider | None,
+               names: tuple[str | None, str | None] | None = None) -> str:
+        """Return the request as JSON; raise PayloadError naming what cannot be stored.
+        ``names``: the callback's and errback's method names, for a request made without
+        the spider (the feed: feed/format.py), instead of its own (which must be None)."""
         classes = self.classes.with_spider(spider)
         try:
             d = self._request_dict(request, spider, classes)
+            if names is not None:
+                for key, name in zip(("cb", "eb"), names):
+                    if name is not None:
+                        d[key] = name
         except _Unstorable as exc:
             kind = type(exc.value)
             detail = f", {exc.detail}" if exc.detail else ""

@@ -20,7 +20,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.project import data_path
 
 from .connection import CONNECT_TIMEOUT_SECONDS  # how long a starting worker waits for Redis
-from .frontier import NO_BUDGET, Budget
+from .frontier import NO_BUDGET, Budget, CloseLimits
 
 if TYPE_CHECKING:
     from .ratelimit.budgets import Budgets
@@ -106,6 +106,31 @@ def logstats_interval(settings: BaseSettings) -> float:
     return value
 
 
+def close_limits(settings: BaseSettings) -> CloseLimits:
+    """The fleet-wide limits LEASED_CLOSE_PAGECOUNT, LEASED_CLOSE_ITEMCOUNT,
+    LEASED_CLOSE_ERRORCOUNT (integers) and LEASED_CLOSE_TIMEOUT (seconds), each at least
+    0 (0 or unset: no limit). Items and errors are counted in the fleet's Scrapy stats:
+    they need LEASED_FLEET_STATS."""
+    def count(name: str) -> int:
+        value: int = number_setting(settings, name, 0, minimum=0, integer=True,
+                                    exclusive=False)
+        return value
+
+    timeout = number_setting(settings, "LEASED_CLOSE_TIMEOUT", 0.0, minimum=0,
+                             exclusive=False)
+    limits = CloseLimits(pages=count("LEASED_CLOSE_PAGECOUNT"),
+                         items=count("LEASED_CLOSE_ITEMCOUNT"),
+                         errors=count("LEASED_CLOSE_ERRORCOUNT"),
+                         timeout_ms=int(math.ceil(timeout * 1000)))
+    if (limits.items or limits.errors) and not bool_setting(settings, "LEASED_FLEET_STATS",
+                                                            True):
+        name = "LEASED_CLOSE_ITEMCOUNT" if limits.items else "LEASED_CLOSE_ERRORCOUNT"
+        raise LeasedConfigError(
+            f"{name} counts the fleet's Scrapy stats in Redis: it needs "
+            f"LEASED_FLEET_STATS = True.")
+    return limits
+
+
 def item_modules(settings: BaseSettings) -> list[str]:
     """``LEASED_ITEM_MODULES``: module names (a list, or comma-separated); raises
     LeasedConfigError."""
@@ -188,9 +213,12 @@ class LeasedConfig:
     max_attempts: int
     idle_poll: float
     keep_alive: bool
+    revisit_after_ms: int  # LEASED_REVISIT_AFTER: queue done requests again (0: never)
+    flush_on_start: bool  # LEASED_FLUSH_ON_START: a fresh run when none is on
     worker_ttl: float
     seen_bucket_bits: int
     seen_cache: int
+    seen_ttl: float  # LEASED_SEEN_TTL: seconds after which a seen entry may expire (0: never)
     recover_batch: int
     prefetch: int
     fail_http_codes: frozenset[int]
@@ -201,6 +229,7 @@ class LeasedConfig:
     connect_timeout: float
     logstats_interval: float
     item_modules: tuple[str, ...]
+    limits: CloseLimits  # LEASED_CLOSE_*: the fleet-wide limits (0: none)
     budgets: Budgets  # LEASED_RATE*
     upsert: UpsertConfig  # LEASED_UPSERT_*
 
@@ -244,10 +273,13 @@ class LeasedConfig:
                                  minimum=1, integer=True, exclusive=False),
             idle_poll=number_setting(settings, "LEASED_IDLE_POLL", IDLE_POLL_SECONDS, minimum=0),
             keep_alive=bool_setting(settings, "LEASED_KEEP_ALIVE", False),
+            revisit_after_ms=ms_setting(settings, "LEASED_REVISIT_AFTER", 0, allow_zero=True),
+            flush_on_start=bool_setting(settings, "LEASED_FLUSH_ON_START", False),
             worker_ttl=number_setting(settings, "LEASED_WORKER_TTL", WORKER_TTL_SECONDS, minimum=0),
             seen_bucket_bits=_seen_bits(settings),
             seen_cache=number_setting(settings, "LEASED_SEEN_CACHE", SEEN_CACHE, minimum=0,
                                integer=True, exclusive=False),
+            seen_ttl=_seen_ttl(settings),
             recover_batch=number_setting(settings, "LEASED_RECOVER_BATCH", RECOVER_BATCH,
                                   minimum=1, integer=True, exclusive=False),
             prefetch=number_setting(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,
@@ -261,6 +293,7 @@ class LeasedConfig:
                                            CONNECT_TIMEOUT_SECONDS, minimum=0, exclusive=False),
             logstats_interval=logstats_interval(settings),
             item_modules=tuple(item_modules(settings)),
+            limits=close_limits(settings),
             budgets=Budgets.from_settings(settings),
             upsert=UpsertConfig.from_settings(settings),
         )
@@ -270,9 +303,21 @@ class LeasedConfig:
         return int(self.lease_seconds * 1000)
 
     @property
+    def seen_ttl_ms(self) -> int:
+        return int(self.seen_ttl * 1000)
+
+    @property
     def prune_ms(self) -> int:
         """Registry entries of workers silent this long are removed (renew.lua)."""
         return int(self.worker_ttl * WORKER_PRUNE_TTLS * 1000)
+
+
+def _seen_ttl(settings: BaseSettings) -> float:
+    ttl: float = number_setting(settings, "LEASED_SEEN_TTL", 0, minimum=0, exclusive=False)
+    if 0 < ttl < 1:
+        raise LeasedConfigError(f"LEASED_SEEN_TTL ({settings.get('LEASED_SEEN_TTL')!r}) must "
+                                "be 0 (seen entries never expire) or at least 1 second.")
+    return ttl
 
 
 def _seen_bits(settings: BaseSettings) -> int:

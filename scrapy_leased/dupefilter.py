@@ -3,9 +3,10 @@
 The decision "seen before?" is taken in Redis by the scheduler's enqueue script, in
 the same atomic step as the push, so ``request_seen`` has nothing to decide locally.
 This class turns a request into its seen-set coordinates, remembers the coordinates
-Redis has confirmed (``LEASED_SEEN_CACHE`` of them: the seen set only grows, so a
-request found there is a duplicate without asking Redis again), and logs filtered
-requests the way Scrapy's ``RFPDupeFilter`` does.
+Redis has confirmed (``LEASED_SEEN_CACHE`` of them: the seen set only grows while
+workers run, so a request found there is a duplicate without asking Redis again; a URL
+``scrapy leased forget`` removed meanwhile is still taken for seen by a worker that
+remembers it), and logs filtered requests the way Scrapy's ``RFPDupeFilter`` does.
 
 Used by another scheduler (a project that replaced ``SCHEDULER`` but not
 ``DUPEFILTER_CLASS``), it is Scrapy's ``RFPDupeFilter``: a local filter, as without the

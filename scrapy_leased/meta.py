@@ -30,12 +30,33 @@ META_FREE_SINCE = "_leased_free_since"
 #: ``leased_lane`` (str, set by the user): the request's lane, the key of its rate
 #: budget, instead of its host (LEASED_RATE_KEY). Stored with the request.
 META_LANE = "leased_lane"
+#: ``leased_revisit_after`` (seconds, set by the user): once the request is done, queue it
+#: again this long after its ack, instead of LEASED_REVISIT_AFTER; 0: never. Stored with
+#: the request, so the request queued again is revisited again.
+META_REVISIT_AFTER = "leased_revisit_after"
 
 __all__ = ["META_CLAIM", "META_FREE_SINCE", "META_LANE", "META_NOT_BEFORE",
-           "PRIVATE_META_PREFIX", "claim_token"]
+           "META_REVISIT_AFTER", "PRIVATE_META_PREFIX", "claim_token", "revisit_ms"]
 
 
 def claim_token(request: Request) -> int | None:
     """The claim token (a crawl-wide, only-growing fencing token) of a request."""
     token = request.meta.get(META_CLAIM)
     return None if token is None else int(token)
+
+
+def revisit_ms(request: Request, default_ms: int) -> int:
+    """The request's revisit interval in ms (``leased_revisit_after``, else
+    ``default_ms``: LEASED_REVISIT_AFTER); 0: not revisited. Raises ValueError when the
+    meta value is not a number of seconds >= 0."""
+    raw = request.meta.get(META_REVISIT_AFTER)
+    if raw is None:
+        return default_ms
+    try:
+        seconds = float(raw)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"meta {META_REVISIT_AFTER!r} ({raw!r}) must be a number of "
+                         f"seconds >= 0")
+    return int(seconds * 1000)

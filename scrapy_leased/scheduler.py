@@ -52,10 +52,24 @@ from .codec import Codec, PayloadError
 from .config import LeasedConfig
 from .connection import LeasedRedisError, redact
 from .dupefilter import LeasedDupeFilter
-from .frontier import Budget, ClaimResult, CommitResult, CrawlKeys, Failure, Frontier, NewRequest
+from .feed.drain import FeedDrainer
+from .feed.packer import RequestPacker
+from .frontier import (
+    PAUSED,
+    RUNNING,
+    STOPPING,
+    Budget,
+    ClaimResult,
+    CommitResult,
+    CrawlKeys,
+    Failure,
+    Frontier,
+    NewRequest,
+    Revisit,
+)
 from .frontier.run import SEED, SEEDED, RunMarker
 from .frontier.writer import Batch, CommitWriter
-from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token
+from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token, revisit_ms
 from .middleware import describe
 from .order import QueueOrder
 from .ratelimit.budgets import Budgets
@@ -71,6 +85,9 @@ RETRY_CAP_SECONDS = 2.0
 #: A seeding worker with no room for more claims reads start() on, at most this many
 #: start requests ahead of what is written to Redis.
 START_BUFFER = 1000
+#: The close reason of a worker closed by the fleet's ``stopping`` state (``scrapy leased
+#: stop``, or a LEASED_CLOSE_* limit reached by the fleet).
+STOP_REASON = "leased_stopped"
 
 __all__ = ["LeasedScheduler", "leased_scheduler"]
 
@@ -124,6 +141,7 @@ class LeasedScheduler(BaseScheduler):
         self.spider: Spider | None = None
         self.book = ClaimBook()
         self.keeper: LeaseKeeper | None = None
+        self.feed: FeedDrainer | None = None
         self._lanes: list[str] = []  # lanes the last claim reported ready
         self._tasks: list[asyncio.Task[None]] = []
         self._kick: Kick | None = None
@@ -143,6 +161,11 @@ class LeasedScheduler(BaseScheduler):
         self._round_done: asyncio.Event | None = None
         self._unconfirmed = 0  # requests given to the writer, not yet written to Redis
         self._warn = WarnOnce()
+        # The fleet's control state as this worker last saw it (keys.py: control)
+        self._control = RUNNING
+        self._paused_idle = False  # paused, and nothing started is left here (logged)
+        self._stop_task: asyncio.Future[None] | None = None
+        self._joined = False  # joined the crawl's run (run.py): leaves it when closing
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -172,17 +195,38 @@ class LeasedScheduler(BaseScheduler):
                                  max_attempts=self.config.max_attempts,
                                  recover_batch=self.config.recover_batch,
                                  half_life_ms=self.budgets.half_life_ms,
-                                 caller=self.worker_id, prune_ms=self.config.prune_ms)
+                                 caller=self.worker_id, prune_ms=self.config.prune_ms,
+                                 limits=self.config.limits)
         self.frontier.on_epoch = self._on_epoch
-        await self.frontier.check_layout(self.config.seen_bucket_bits)
+        self.frontier.on_control = self._on_control
+        await self.frontier.check_layout(self.config.seen_bucket_bits, self.config.seen_ttl_ms)
+        self.frontier.on_seen_gen = self._on_seen_gen
         await self.frontier.record_half_life()
         self.writer = CommitWriter(self.frontier, self._on_commit)
+        packer = RequestPacker(self.crawler.request_fingerprinter, self.config.seen_bucket_bits,
+                               self.codec, self.budgets)
+        self.feed = FeedDrainer(self.frontier, packer, spider, self.stats,
+                                closing=lambda: self._closing)
         self._install_engine_hooks()
         worker_ttl_ms = int(self.config.worker_ttl * 1000)
         self.run = RunMarker(client, keys, self.worker_id,
                              max(worker_ttl_ms, 3 * int(self.config.renew_interval * 1000)),
                              worker_ttl_ms)
-        self.seeds = await self.run.join() == SEED
+        if self.config.flush_on_start:
+            # first: a fresh run also ends a stop a LEASED_CLOSE_* limit set (run_flush.lua)
+            await self._flush_on_start()
+        state = await client.hget(keys.control, "state")
+        if state is not None and state in (STOPPING, STOPPING.encode()):
+            # the fleet is stopping: this worker neither seeds nor claims; it closes with
+            # the fleet's reason until `scrapy leased resume`
+            logger.info("Crawl %(crawl)s is stopping (scrapy leased stop, or a "
+                        "LEASED_CLOSE_* limit): this worker closes at once (`scrapy leased "
+                        "resume` lets workers crawl again)", {"crawl": keys.crawl_id})
+            self._on_control(STOPPING)
+        else:
+            if not self._joined:
+                self.seeds = await self.run.join() == SEED
+                self._joined = True
         # in the registry with its host and pid before its first claim (status, reset);
         # if Redis fails now, the first heartbeat records them
         with contextlib.suppress(RedisError, OSError):
@@ -199,10 +243,35 @@ class LeasedScheduler(BaseScheduler):
             sweep_interval=self.config.sweep_interval, closing=lambda: self._closing,
             worker_info=self._worker_info, on_lost=self._drop_unstarted,
             on_recovered=self._kick.set, warn=self._warn)
+        if self._joined:
+            # revisits that fell due while no worker ran are queued before the first claim,
+            # so that a worker finding nothing else does not take the crawl for finished
+            with contextlib.suppress(RedisError, OSError):
+                await self.keeper.revisit()
         self._tasks = [asyncio.ensure_future(t) for t in
                        (self._claim_loop(), self.keeper.renew_loop(), self.keeper.sweep_loop())]
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": self.worker_id})
+
+    async def _flush_on_start(self) -> None:
+        """LEASED_FLUSH_ON_START: begin a fresh run of the crawl (its frontier state
+        deleted, UpsertPipeline's records kept) when no run of it is on; else join the
+        run on, flushing nothing."""
+        assert self.run is not None
+        crawl = self.run.keys.crawl_id
+        deleted, alive = await self.run.flush(self.config.upsert.prefix)
+        if deleted is None:
+            logger.warning("LEASED_FLUSH_ON_START: not flushing crawl %(crawl)s: a run of it "
+                           "is on (%(alive)s); joining that run instead (a crawl is flushed "
+                           "only when no worker of it is alive)",
+                           {"crawl": crawl, "alive": ", ".join(alive)})
+            return
+        self.seeds = True
+        self._joined = True
+        self.stats.inc_value("leased/flushed_keys", deleted)
+        logger.info("LEASED_FLUSH_ON_START: flushed crawl %(crawl)s (%(n)d keys: queue, seen "
+                    "set, done, dead letters, counters; UpsertPipeline's records kept): this "
+                    "worker starts a fresh run", {"crawl": crawl, "n": deleted})
 
     def _install_engine_hooks(self) -> None:
         engine = self.crawler.engine
@@ -248,7 +317,7 @@ class LeasedScheduler(BaseScheduler):
             pass  # its claims, if it ran, return to the queue when their leases expire
         try:
             released = await self.frontier.release(self.worker_id, tokens)
-            if self.run is not None and await self.run.leave():
+            if self.run is not None and self._joined and await self.run.leave():
                 logger.info("Last worker of this run of the crawl: the run ended (the next "
                             "worker to start runs start() again)")
         except (RedisError, OSError) as exc:
@@ -273,6 +342,8 @@ class LeasedScheduler(BaseScheduler):
             return True
         if self._closing or self.writer is None:
             return False
+        if self._control == PAUSED:
+            return True  # a paused crawl is not finished: wait for resume (or stop)
         if self.config.keep_alive or self.book.claims or self.writer.pending:
             return True
         return self._drained_seen_at != self.writer.generation
@@ -323,7 +394,8 @@ class LeasedScheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
-        taken = self.book.take(asyncio.get_running_loop().time())
+        taken = self.book.take(asyncio.get_running_loop().time(),
+                               fresh=self._control == RUNNING)
         if taken is None:
             if self.book.wants_more():
                 self._want_claims()
@@ -436,13 +508,87 @@ class LeasedScheduler(BaseScheduler):
         claim = self.book.finished(request)
         if claim is not None:
             self._settle(claim)
+        if self._control == PAUSED:
+            self._check_paused_idle()
+
+    # -- the fleet's control state (scrapy leased pause / resume / stop, limits) -------
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the fleet is stopping (this worker closes with ``STOP_REASON``)."""
+        return self._control == STOPPING
+
+    def _on_control(self, state: str) -> None:
+        """The control state a claim or heartbeat reported (keys.py: control)."""
+        if state not in (PAUSED, STOPPING):
+            state = RUNNING
+        if state == self._control or self._control == STOPPING:
+            return  # stopping is final for this worker
+        self._control = state
+        crawl = self.frontier.keys.crawl_id if self.frontier is not None else "?"
+        if state == PAUSED:
+            self._paused_idle = False
+            logger.info("Crawl %(crawl)s paused (scrapy leased pause): this worker claims and "
+                        "starts nothing new, finishes what it started and keeps the leases "
+                        "of the %(n)d claims it holds", {"crawl": crawl,
+                                                         "n": len(self.book.claims)})
+            self._check_paused_idle()
+        elif state == RUNNING:
+            logger.info("Crawl %(crawl)s resumed: claiming again", {"crawl": crawl})
+            self._starved = False
+            if self._kick is not None:
+                self._kick.set()
+            self._wake_engine()
+        else:
+            logger.info("Crawl %(crawl)s is stopping (scrapy leased stop, or a LEASED_CLOSE_* "
+                        "limit reached): this worker finishes what it started, gives back "
+                        "the rest and closes (%(reason)s)", {"crawl": crawl,
+                                                             "reason": STOP_REASON})
+            if self._kick is not None:
+                self._kick.set()
+            self._stop_task = asyncio.ensure_future(self._close_engine())
+
+    def _check_paused_idle(self) -> None:
+        if self._paused_idle or self.book.started_busy():
+            return
+        self._paused_idle = True
+        logger.info("Crawl paused: nothing in progress on this worker; %(n)d unstarted claims "
+                    "held until resume", {"n": len(self.book.claims)})
+
+    async def _close_engine(self) -> None:
+        """Close the spider through the engine, as Scrapy's CloseSpider does: requests in
+        progress finish and are acked, the unstarted claims are released (``close``)."""
+        with contextlib.suppress(RedisError, OSError, AttributeError):
+            assert self.frontier is not None
+            by, why = await self.frontier.client.hmget(self.frontier.keys.control, "by",
+                                                       "reason")
+            if by or why:
+                logger.info("The fleet's stop was set by %(by)s%(why)s",
+                            {"by": _text(by), "why": f": {_text(why)}" if why else ""})
+        engine = self.crawler.engine
+        while engine is not None and not getattr(engine, "running", False) \
+                and not self._closing:
+            await asyncio.sleep(0.05)  # opening: the engine cannot close before it runs
+        if engine is None or self._closing:
+            return
+        close = getattr(engine, "close_spider_async", None)  # Scrapy 2.14+
+        try:
+            if close is not None:
+                await close(reason=STOP_REASON)
+            else:
+                from scrapy.utils.defer import maybe_deferred_to_future
+
+                assert self.spider is not None
+                await maybe_deferred_to_future(engine.close_spider(self.spider, STOP_REASON))
+        except Exception:
+            logger.exception("Could not close the spider for the fleet's stop")
 
     def _settle(self, claim: Claim) -> None:
         assert self.writer is not None
         if self.book.settle(claim):  # the suspect that ran alone: the others may start
             self._wake_engine()
         if claim.failure is None:
-            self.writer.add_ack(claim.token, claim.rid)
+            self.writer.add_ack(claim.token, claim.rid, claim.revisit)
         else:
             self.writer.add_fail(Failure(claim.token, claim.failure, claim.permanent, claim.lane,
                                          claim.rid))
@@ -532,9 +678,10 @@ class LeasedScheduler(BaseScheduler):
             round_ = self._rounds_started
             want = self._capacity()
             wait = self.config.idle_poll
-            if want > 0:
+            if want > 0 or self._control != RUNNING:  # paused: ask until resumed
                 generation = self.writer.generation
                 try:
+                    want = max(want, 0)
                     result = await self.frontier.claim(want, self.worker_id, self._candidates())
                     if not result.claims and set(result.ready_lanes) - set(self._lanes):
                         self._lanes = result.ready_lanes  # ready lanes we did not ask for
@@ -548,15 +695,27 @@ class LeasedScheduler(BaseScheduler):
                     continue
                 delay = 0.05
                 self._warn.clear("claim")
+                if result.control != RUNNING:  # paused or stopping: nothing claimed
+                    self._starved = True
+                    self._round_finished()
+                    self._kick.clear()
+                    await self._kick.wait(wait)
+                    continue
                 self._lanes = result.ready_lanes
                 self._absorb(result)
                 self._starved = not result.claims
+                if result.feed and await self._drain_feed():
+                    self._starved = False
+                    self._wake_engine()
+                    self._round_finished()
+                    continue  # claim what was just queued
                 if result.claims:
                     self._wake_engine()
                     if len(result.claims) == want:
                         self._round_finished()
                         continue
-                elif result.next_ms < 0 and result.leases == 0 and not self.writer.pending \
+                elif result.next_ms < 0 and result.leases == 0 and not result.feed \
+                        and not self.writer.pending \
                         and generation == self.writer.generation \
                         and round_ >= self._fresh_round:
                     self._drained_seen_at = generation
@@ -570,6 +729,20 @@ class LeasedScheduler(BaseScheduler):
             self._kick.clear()
             await self._kick.wait(wait)
 
+    async def _drain_feed(self) -> bool:
+        """Queue a batch of the feed's entries (feed/drain.py); whether any were taken."""
+        assert self.feed is not None
+        try:
+            taken = await self.feed.drain_once()
+        except (RedisError, OSError) as exc:
+            self._warn("feed", "Cannot take entries off the feed, retrying: %s", exc)
+            return False
+        except Exception:  # a bug: said, and the claim loop goes on
+            logger.exception("Draining the feed failed")
+            return False
+        self._warn.clear("feed")
+        return taken > 0
+
     def _absorb(self, result: ClaimResult) -> None:
         assert self.spider is not None and self.writer is not None
         claimed_at = time.monotonic()
@@ -577,7 +750,10 @@ class LeasedScheduler(BaseScheduler):
             claim = Claim(token, env.rid, env.lane)
             try:
                 request = self.codec.decode(env.payload, self.spider, env.priority)
-            except PayloadError as exc:
+                after_ms = revisit_ms(request, self.config.revisit_after_ms)
+                if after_ms > 0:
+                    claim.revisit = Revisit(after_ms, env.priority, env.lane, env.payload)
+            except (PayloadError, ValueError) as exc:
                 self.stats.inc_value("leased/undecodable")
                 logger.error("Dead-lettering stored request %(rid)d: %(error)s",
                              {"rid": env.rid, "error": exc})
@@ -621,6 +797,12 @@ class LeasedScheduler(BaseScheduler):
                        "%(new)d): forgetting the seen URLs this worker remembered and the "
                        "claims Redis no longer has", {"old": old, "new": new})
 
+    def _on_seen_gen(self, old: int, new: int) -> None:
+        """The seen set moved to a new generation (LEASED_SEEN_TTL): entries this worker
+        remembers as seen may have expired in Redis; forget them."""
+        if isinstance(self.df, LeasedDupeFilter):
+            self.df.known.clear()
+
     def _drop_unstarted(self, lost: set[int]) -> None:
         """Drop claims whose lease is gone and that were never handed to the engine:
         another worker processes them (recovered), or Redis forgot them (rollback)."""
@@ -636,6 +818,7 @@ class LeasedScheduler(BaseScheduler):
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                            "started": self._started, "inflight": len(self.book.claims),
                            "acked": self.stats.get_value("leased/acked", 0),
+                           "control": self._control,
                            "capacity": self.concurrency + self.config.prefetch})
 
 
@@ -648,6 +831,10 @@ def _asyncio_loop_in_use() -> bool:
         return is_asyncio_available()
     except RuntimeError:  # no reactor installed and no loop running
         return False
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _request_of(response: Any) -> Request | None:

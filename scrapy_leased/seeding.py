@@ -44,6 +44,10 @@ class LeasedStartMiddleware:
             async for item_or_request in start:
                 yield item_or_request
             return
+        if scheduler.stopping:
+            logger.info("Crawl %(crawl)s is stopping: start() not run on this worker",
+                        {"crawl": scheduler.frontier.keys.crawl_id})
+            return
         if not scheduler.seeds:
             logger.info("Another worker seeds this run of crawl %(crawl)s: waiting until it "
                         "is seeded", {"crawl": scheduler.frontier.keys.crawl_id})

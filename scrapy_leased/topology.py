@@ -285,6 +285,19 @@ async def scan_batches(client: Any, match: str, count: int = 1000) -> AsyncItera
             return
 
 
+def glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\{}^-" else c for c in text)
+
+
+async def keys_with_prefix(client: Any, prefix: str) -> list[str]:
+    """Every key starting with ``prefix`` (SCAN MATCH on it, escaped; on a cluster, of
+    every master: a slot being migrated has keys on two), sorted."""
+    return sorted({key.decode() if isinstance(key, bytes) else str(key)
+                   async for batch in scan_batches(client, glob_escape(prefix) + "*")
+                   for key in batch})
+
+
 def _where(sentinel: Any) -> str:
     kw = sentinel.connection_pool.connection_kwargs
     return f"{kw.get('host')}:{kw.get('port')}"

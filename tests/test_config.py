@@ -51,6 +51,8 @@ def test_redis_url_schemes(url):
     ("LEASED_SEEN_BUCKET_BITS", "17"),
     ("LEASED_SEEN_CACHE", "-1"),
     ("LEASED_SEEN_CACHE", "many"),
+    ("LEASED_SEEN_TTL", "0.5"),
+    ("LEASED_SEEN_TTL", "-1"),
     ("LEASED_PREFETCH", "-1"),
     ("LEASED_KEEP_ALIVE", "perhaps"),
     ("LEASED_FAIL_HTTP_CODES", "503,x"),

@@ -343,3 +343,45 @@ def test_crawl_without_redis_url_uses_the_embedded_server(
     client = redis.Redis.from_url(ensure_embedded_redis(data_dir))
     assert int(client.hget("leased:{embedded-crawl}:stats", "done")) == 60
     client.close()
+
+
+def _local_warnings(log: str) -> list[str]:
+    """The log lines of the warning that the crawl is local to this machine."""
+    return [line for line in log.splitlines() if "local to this machine" in line]
+
+
+def test_a_worker_on_the_embedded_server_warns_once_that_its_crawl_is_local(
+        data_dir: Path, make_site, start_worker) -> None:
+    """No LEASED_REDIS_URL: the worker's log has exactly one WARNING that the crawl is
+    local to this machine, naming LEASED_REDIS_URL, though its scheduler and its upsert
+    pipeline (records in the crawl's Redis) both took the embedded Redis. The commands
+    reading that Redis do not warn: `status` names the Redis it reads."""
+    site = make_site(pages=30)
+    settings = {"LEASED_EMBEDDED_DIR": str(data_dir), "LEASED_UPSERT_ENABLED": True}
+    w = start_worker(None, "embedded-warn", site.page_url(0), settings=settings)
+    assert w.wait(120) == 0, w.log_tail()
+    assert w.close_reason() == "finished"
+    log = w.log_text()
+    assert "Upserting items into" in log  # the pipeline resolved the crawl's Redis too
+    url = (data_dir / "address").read_text().strip()
+    warnings = _local_warnings(log)
+    assert len(warnings) == 1, warnings
+    assert "[scrapy_leased.bootstrap] WARNING: No LEASED_REDIS_URL: using the embedded " \
+           f"Redis at {url}." in warnings[0]
+    assert "set LEASED_REDIS_URL to a Redis" in warnings[0]
+    assert "other machines or in other containers run separate crawls" in warnings[0]
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SCRAPY_") and k != "LEASED_REDIS_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    for args in (["status", "embedded-warn", "--sample", "0"],
+                 ["seed", "embedded-warn", site.page_url(1)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "scrapy", "leased", *args,
+             "-s", f"LEASED_EMBEDDED_DIR={data_dir}"],
+            cwd=REPO / "tests" / "project", env=env, capture_output=True, text=True,
+            timeout=60)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert not _local_warnings(done.stdout + done.stderr), done.stderr
+        if args[0] == "status":  # the embedded Redis it reads, by its socket's path
+            assert str(data_dir.resolve() / "redis.sock") in done.stdout, done.stdout

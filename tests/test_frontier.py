@@ -1076,9 +1076,9 @@ def test_no_operation_scans_the_processing_set():
             r.config_resetstat()
             assert await f.renew("w", tokens[:5]) == []
             st = commandstats(r)
-            # heartbeat + 5 leases, each checked to be the caller's (owners: hget), and
-            # the guard (lib_guard.lua: INFO, not counted here)
-            assert st == {"evalsha": 1, "time": 1, "zadd": 6, "hget": 5, **GUARD}, st
+            # heartbeat + 5 leases, each checked to be the caller's (owners: hget), the
+            # control state (hget), and the guard (lib_guard.lua: INFO, not counted here)
+            assert st == {"evalsha": 1, "time": 1, "zadd": 6, "hget": 6, **GUARD}, st
             assert_guard_called(r)
             scores1 = lease_scores(r, keys)
             assert {t for t in tokens if scores1[t] != scores0[t]} == set(tokens[:5])
@@ -1087,8 +1087,11 @@ def test_no_operation_scans_the_processing_set():
             res = await f.claim(5, "w")
             assert (res.claims, res.queued, res.leases) == ([], 0, 20_000)
             st = commandstats(r)
+            # (+ the fleet's control state and first claim: hmget; the feed: llen, hlen)
             assert st == {"evalsha": 1, "time": 1, "zadd": 1, "zscore": 1, "zrangebyscore": 1,
-                          "zrange": 1, "zcard": 1, **GUARD, **CALL_ID,
+                          "zrange": 1, "zcard": 1, **GUARD, "hmget": GUARD["hmget"] + 1,
+                          "llen": 1, "hlen": 1,
+                          **CALL_ID,
                           "get": 1 + GUARD["get"] + CALL_ID["get"]}, st
 
             r.config_resetstat()

@@ -3,7 +3,9 @@
     scrapy leased status [CRAWL] [--watch] [--json]
     scrapy leased dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]
     scrapy leased seed   [CRAWL] URL ... | -f FILE | -
-    scrapy leased reset  [CRAWL] --yes
+    scrapy leased forget [CRAWL] URL ... | -f FILE | -
+    scrapy leased reset  [CRAWL] --yes [--records]
+    scrapy leased pause | resume | stop [CRAWL]
     scrapy leased metrics   [CRAWL | --all-crawls] [--bind HOST] [--port N]
     scrapy leased dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]
 
@@ -21,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
+import socket
 import sys
 import time
 from collections import deque
@@ -30,14 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import RedisError
-from scrapy import Request, Spider
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
-from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.request import RequestFingerprinter
 
 from ..bootstrap import crawl_redis_url
-from ..codec import encode_request
 from ..config import (
     CRAWL_ID_RE,
     LeasedConfig,
@@ -47,8 +47,7 @@ from ..config import (
 )
 from ..connection import make_client, redact
 from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
-from ..frontier import CrawlKeys, NewRequest
-from ..frontier.fingerprints import split_fingerprint
+from ..frontier import PAUSED, RUNNING, STOPPING, CrawlKeys, NewRequest
 from ..ratelimit.budgets import Budgets
 
 if TYPE_CHECKING:
@@ -56,7 +55,12 @@ if TYPE_CHECKING:
 
     from scrapy.settings import Settings
 
-SUBCOMMANDS = ("status", "dead", "seed", "reset", "metrics", "dashboard")
+SUBCOMMANDS = ("status", "dead", "seed", "forget", "reset", "pause", "resume", "stop",
+               "metrics", "dashboard")
+#: The subcommands that take URLs (arguments, -f FILE, - for stdin)
+URL_SUBCOMMANDS = ("seed", "forget")
+#: The fleet control subcommands and the control state each sets (keys.py: control)
+CONTROL = {"pause": PAUSED, "resume": RUNNING, "stop": STOPPING}
 SERVERS = ("metrics", "dashboard")  # observe/: HTTP servers, reading Redis only
 METRICS_PORT = 9410
 DASHBOARD_PORT = 8410
@@ -78,16 +82,20 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return ("status|dead|seed|reset|metrics|dashboard [CRAWL] [options]\n\n"
+        return ("status|dead|seed|forget|reset|pause|resume|stop|metrics|dashboard [CRAWL] "
+                "[options]\n\n"
                 "  status [CRAWL] [--watch] [--json]\n"
                 "  dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]\n"
                 "  seed   [CRAWL] URL ... | -f FILE | -\n"
-                "  reset  [CRAWL] --yes\n"
+                "  forget [CRAWL] URL ... | -f FILE | -\n"
+                "  reset  [CRAWL] --yes [--records]\n"
+                "  pause | resume | stop [CRAWL]\n"
                 "  metrics   [CRAWL | --all-crawls] [--bind HOST] [--port N]\n"
                 "  dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]")
 
     def short_desc(self) -> str:
-        return "Watch and run a leased crawl: status, dead letters, seeding, reset"
+        return ("Watch and run a leased crawl: status, dead letters, seeding, forgetting, "
+                "reset, pause/resume/stop")
 
     def long_desc(self) -> str:
         return ("Watch and run a scrapy_leased crawl. CRAWL defaults to LEASED_CRAWL_ID, "
@@ -118,9 +126,12 @@ class Command(ScrapyCommand):
         g.add_argument("--purge", nargs="*", metavar="URL", default=None,
                        help="dead: delete these dead letters (all without URL)")
         g.add_argument("-f", "--file", metavar="FILE", action="append", default=[],
-                       help="seed: read URLs from FILE, one a line ('-': stdin)")
+                       help="seed, forget: read URLs from FILE, one a line ('-': stdin)")
         g.add_argument("--yes", action="store_true",
-                       help="reset: really delete every key of the crawl")
+                       help="reset: really delete the keys of the crawl")
+        g.add_argument("--records", action="store_true",
+                       help="reset: delete UpsertPipeline's records of the crawl too "
+                            "(kept without it)")
         g.add_argument("--bind", metavar="HOST", default="127.0.0.1",
                        help="metrics, dashboard: address to listen on (default 127.0.0.1)")
         g.add_argument("--port", type=int, default=None, metavar="N",
@@ -158,8 +169,9 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
         "--json": opts.json and sub not in ("status", "dead"),
         "--requeue": opts.requeue is not None and sub != "dead",
         "--purge": opts.purge is not None and sub != "dead",
-        "--file": bool(opts.file) and sub != "seed",
+        "--file": bool(opts.file) and sub not in URL_SUBCOMMANDS,
         "--yes": opts.yes and sub != "reset",
+        "--records": opts.records and sub != "reset",
         "--port": opts.port is not None and sub not in SERVERS,
         "--all-crawls": opts.all_crawls and sub != "metrics",
         "--allow-writes": opts.allow_writes and sub != "dashboard",
@@ -169,7 +181,7 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
         raise UsageError(f"{', '.join(bad)} cannot be used with '{sub}'")
     if opts.requeue is not None and opts.purge is not None:
         raise UsageError("use --requeue or --purge, not both")
-    if sub != "seed" and len(rest) > 1:
+    if sub not in URL_SUBCOMMANDS and len(rest) > 1:
         raise UsageError(f"'{sub}' takes at most one CRAWL, got {' '.join(rest)}")
     if opts.interval <= 0 or (opts.sample is not None and opts.sample < 0) or opts.limit < 0:
         raise UsageError("--interval must be above 0, --sample and --limit at least 0")
@@ -184,7 +196,7 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
     except LeasedConfigError as exc:
         raise CommandError(str(exc)) from None
     crawl_arg = None
-    if rest and not (sub == "seed" and _looks_like_source(rest[0])):
+    if rest and not (sub in URL_SUBCOMMANDS and _looks_like_source(rest[0])):
         crawl_arg, rest = rest[0], rest[1:]
     url, source = _redis_url(opts, config, start_embedded=sub == "seed")
     client = make_client(url)
@@ -211,7 +223,11 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
             return await _dead(admin, opts)
         if sub == "seed":
             return await _seed(admin, rest, opts, settings, config)
-        return await _reset(admin, opts, redact(url))
+        if sub == "forget":
+            return await _forget(admin, rest, opts, settings, config)
+        if sub in CONTROL:
+            return await _control(admin, sub, config)
+        return await _reset(admin, opts, redact(url), config.upsert.prefix)
     finally:
         await client.aclose()
 
@@ -414,6 +430,15 @@ def _rate(prev: Snapshot, cur: Snapshot) -> float:
     return (cur.done - prev.done) * 60 / _dt(prev, cur) if _dt(prev, cur) > 0 else 0.0
 
 
+def _control_line(cur: Snapshot) -> str:
+    c = cur.control
+    line = f"  state          {c.state:>12}"
+    if c.since_ms:
+        why = f"; {c.reason}" if c.reason else ""
+        line += f"   (since {_age(max(0, cur.now_ms - c.since_ms) / 1000)} ago, by {c.by}{why})"
+    return line
+
+
 def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
                   where: str, budgets: Budgets | None = None) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(cur.now_ms / 1000))
@@ -423,7 +448,12 @@ def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis
     lines = [
         f"crawl {cur.crawl}   redis {where}   {when}",
         "",
-        f"  todo           {cur.todo:>12,}",
+        _control_line(cur),
+        f"  todo           {cur.todo:>12,}"
+        + (f"   (+ {cur.feed:,} in the feed, not queued yet)" if cur.feed else "")
+        + (f"   ({cur.feed_batches:,} feed batch{'' if cur.feed_batches == 1 else 'es'} "
+           f"being queued)"
+           if cur.feed_batches else ""),
         f"  processing     {cur.processing:>12,}"
         + (f"   (capacity of the live workers: {capacity:,})" if capacity is not None else ""),
         f"  done           {cur.done:>12,}",
@@ -539,15 +569,6 @@ def render_dead(crawl: str, total: int, letters: list[DeadLetter]) -> str:
 # -- seeding --------------------------------------------------------------------------
 
 
-def _fingerprinter(settings: Settings) -> Any:
-    cls = load_object(settings["REQUEST_FINGERPRINTER_CLASS"])
-    if cls is RequestFingerprinter:
-        return RequestFingerprinter()
-    from scrapy.crawler import Crawler
-
-    return build_from_crawler(cls, Crawler(Spider, settings))
-
-
 def _read_urls(sources: list[str], files: list[str]) -> list[str]:
     lines: list[str] = []
     for name in files + [s for s in sources if s == "-"]:
@@ -560,43 +581,105 @@ def _read_urls(sources: list[str], files: list[str]) -> list[str]:
     return [u.strip() for u in lines if u.strip() and not u.lstrip().startswith("#")]
 
 
+def _packed(lines: list[str], settings: Settings, config: LeasedConfig,
+            what: str) -> list[NewRequest]:
+    """Each line (a URL, or a JSON request in the feed's format: feed/format.py) as the
+    frontier queues it: its seen-set entry is Scrapy's fingerprint
+    (REQUEST_FINGERPRINTER_CLASS), as a worker computes it."""
+    from ..feed.crawl import to_feed_request
+    from ..feed.packer import RequestPacker
+
+    if not lines:
+        raise CommandError(f"nothing to {what}: give URLs, -f FILE or - (stdin)")
+    packer = RequestPacker.from_settings(settings, config)
+    requests = []
+    for i, line in enumerate(lines):
+        try:
+            fed = to_feed_request(line, i + 1)
+            requests.append(packer.pack(fed.request, fed.names))
+        except ValueError as exc:  # FeedEntryError, PayloadError
+            raise CommandError(f"{exc}; nothing done") from None
+        except RecursionError:
+            raise CommandError(f"request {i + 1}: nested too deeply; nothing done") from None
+    return requests
+
+
 async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
                 settings: Settings, config: LeasedConfig) -> int:
-    urls = _read_urls(sources, opts.file)
-    if not urls:
-        raise CommandError("nothing to seed: give URLs, -f FILE or - (stdin)")
-    fingerprinter = _fingerprinter(settings)
-    requests = []
-    for url in urls:
-        try:
-            request = Request(url)
-        except (ValueError, TypeError) as exc:
-            raise CommandError(f"not a URL: {url!r} ({exc}); nothing seeded") from None
-        bucket, member = split_fingerprint(fingerprinter.fingerprint(request),
-                                           config.seen_bucket_bits)
-        payload = encode_request(request, None)  # no spider: the request has no callback
-        requests.append(NewRequest(payload, request.priority, bucket, member,
-                                   # its host, as a worker does
-                                   lane=config.budgets.lane_of(request)))
+    lines = _read_urls(sources, opts.file)
+    requests = _packed(lines, settings, config, "seed")
     try:
-        queued = await admin.seed(requests, config.seen_bucket_bits)
+        queued = await admin.seed(requests, config.seen_bucket_bits, config.seen_ttl_ms)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     n = sum(queued)
-    print(f"seeded crawl {admin.keys.crawl_id!r}: {_n(len(urls), 'URL')}, {n:,} queued, "
-          f"{len(urls) - n:,} already seen")
+    print(f"seeded crawl {admin.keys.crawl_id!r}: {_n(len(lines), 'URL')}, {n:,} queued, "
+          f"{len(lines) - n:,} already seen")
+    return 0
+
+
+async def _forget(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
+                  settings: Settings, config: LeasedConfig) -> int:
+    urls = _read_urls(sources, opts.file)
+    entries = [(r.bucket, r.member) for r in _packed(urls, settings, config, "forget")
+               if r.bucket is not None]  # (dont_filter: never in the seen set)
+    try:
+        await admin.frontier.check_layout(config.seen_bucket_bits, config.seen_ttl_ms)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    forgotten = await admin.forget(entries)
+    n = sum(forgotten)
+    print(f"forgot {n:,} of {_n(len(urls), 'URL')} of crawl {admin.keys.crawl_id!r} "
+          f"({len(urls) - n:,} not seen); each is queued again the next time it is sent "
+          f"(a new run's start requests, a link, scrapy leased seed). A worker running now "
+          f"may still skip one it remembers (LEASED_SEEN_CACHE): start workers afterwards")
+    return 0
+
+
+# -- pause, resume, stop --------------------------------------------------------------
+
+
+async def _control(admin: FleetAdmin, sub: str, config: LeasedConfig) -> int:
+    from ..scheduler import STOP_REASON  # (imports the worker's side: only here)
+
+    crawl = admin.keys.crawl_id
+    state = CONTROL[sub]
+    by = f"scrapy leased {sub} ({socket.gethostname()}:{os.getpid()})"
+    prev, since, now = await admin.set_control(state, by)
+    snap = await admin.snapshot(memory=False)
+    alive = sum(1 for w in snap.workers if w.alive)
+    was = f"was {prev}" + (f" for {_age(max(0, now - since) / 1000)}" if since else "")
+    print(f"crawl {crawl!r}: {state} ({was}); {_n(alive, 'worker')} alive")
+    heard = (f"each worker sees it at its next claim or heartbeat (within "
+             f"{config.renew_interval:g} s, LEASED_RENEW_INTERVAL), and so does a worker "
+             f"started later")
+    if state == PAUSED:
+        print(f"  {heard}: it claims and starts nothing new, finishes what it started and "
+              f"keeps its leases; `scrapy leased resume` continues")
+    elif state == STOPPING:
+        print(f"  {heard}: it finishes and acks what it started, gives back the rest and "
+              f"exits with close reason {STOP_REASON!r}; workers started before `scrapy "
+              f"leased resume` close at once with it")
+    else:
+        print("  workers claim again at their next claim or heartbeat; a stopped fleet "
+              "continues where it stopped when workers are started again")
     return 0
 
 
 # -- reset ----------------------------------------------------------------------------
 
 
-async def _reset(admin: FleetAdmin, opts: argparse.Namespace, where: str) -> int:
+async def _reset(admin: FleetAdmin, opts: argparse.Namespace, where: str,
+                 records_prefix: str) -> int:
     crawl = admin.keys.crawl_id
     keys = await admin.crawl_keys()
+    records = [] if opts.records else [k for k in keys
+                                       if admin.keys.is_records(k, records_prefix)]
     if not opts.yes:
-        raise CommandError(f"reset deletes the {_n(len(keys), 'key')} of crawl {crawl!r} "
-                           f"({admin.keys.prefix}*) in {where}: add --yes")
+        keeping = (f", keeping {_n(len(records), 'records hash')} of UpsertPipeline "
+                   f"(--records deletes them too)" if records else "")
+        raise CommandError(f"reset deletes {_n(len(keys) - len(records), 'key')} of crawl "
+                           f"{crawl!r} ({admin.keys.prefix}*) in {where}{keeping}: add --yes")
     snap = await admin.snapshot(memory=False)
     alive = [w for w in snap.workers if w.alive and not w.process_gone()]
     if alive:
@@ -605,6 +688,9 @@ async def _reset(admin: FleetAdmin, opts: argparse.Namespace, where: str) -> int
             f"{_n(len(alive), 'worker')} of crawl {crawl!r} alive (last heartbeat "
             f"{_age(youngest)} ago): stop them first (a worker killed on another machine "
             f"counts as alive until its heartbeat is older than LEASED_WORKER_TTL)")
-    deleted = await admin.reset()
-    print(f"deleted {_n(deleted, 'key')} of crawl {crawl!r} ({admin.keys.prefix}*)")
+    deleted, kept = await admin.reset(records=opts.records, records_prefix=records_prefix)
+    print(f"deleted {_n(deleted, 'key')} of crawl {crawl!r} ({admin.keys.prefix}*)"
+          + (f"; kept {_n(kept, 'records hash')} of UpsertPipeline "
+             f"({admin.keys.prefix}{records_prefix}:*; --records deletes them too)"
+             if kept else ""))
     return 0

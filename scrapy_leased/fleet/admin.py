@@ -20,14 +20,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..frontier import Envelope, Frontier, NewRequest
+from ..frontier import CONTROL_STATES, Envelope, Frontier, NewRequest
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys
-from ..frontier.machine import HALF_LIFE_FIELD
+from ..frontier.machine import HALF_LIFE_FIELD, SEEN_TTL_FIELD
 from ..frontier.scripts import as_str, pairs, read_atomic, register
 from ..observe.flush import decode_fleet_stats
 from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
-from ..topology import scan_batches, server_info
-from .snapshot import LaneState, Snapshot, WorkerState
+from ..topology import keys_with_prefix, scan_batches, server_info
+from .snapshot import ControlState, LaneState, Snapshot, WorkerState
 
 #: Throughput is read from the ``throughput`` HASH (10-second buckets of Redis time,
 #: kept by commit.lua): the current bucket and the 5 before it, i.e. the last 50-60 s,
@@ -37,11 +37,6 @@ THROUGHPUT_BUCKETS = 6
 
 BATCH = 500  # requests per seeding commit, dead letters per requeue/purge call
 LANES_SHOWN = 10  # lanes (hosts) listed by status
-
-
-def glob_escape(text: str) -> str:
-    """``text`` as a literal inside a Redis MATCH pattern."""
-    return "".join("\\" + c if c in "*?[]\\{}^-" else c for c in text)
 
 
 @dataclass(frozen=True)
@@ -105,7 +100,7 @@ class FleetAdmin:
         self.half_life_ms = half_life_ms
         self.frontier = Frontier(client, keys, lease_ms=lease_ms, max_attempts=max_attempts,
                                  half_life_ms=half_life_ms)
-        self._s = register(client, "requeue_dead", "purge_dead", "read")
+        self._s = register(client, "requeue_dead", "purge_dead", "read", "control", "forget")
 
     # -- reading ---------------------------------------------------------------------
 
@@ -164,9 +159,12 @@ class FleetAdmin:
         if workers:  # + who holds each lease: one HVALS, as long as the leases (not the queue)
             reads += [("ZRANGE", k.workers, 0, -1, "WITHSCORES"), ("HGETALL", k.worker_info),
                       ("HVALS", k.owners)]
-        reads.append(("HGETALL", k.fleet_stats))
+        reads += [("LLEN", k.feed), ("HLEN", k.feed_taken), ("HGETALL", k.control),
+                  ("HGETALL", k.fleet_stats)]
         now_ms, res = await read_atomic(self._s["read"], *reads)
         fleet_stats = decode_fleet_stats(pairs(res.pop()))
+        control = ControlState.from_hash(dict(pairs(res.pop())))
+        feed_batches, feed = int(res.pop()), int(res.pop())
         current = now_ms // THROUGHPUT_BUCKET_MS
         first = current - THROUGHPUT_BUCKETS + 1
         buckets = {int(b): int(v) for b, v in pairs(res[0]) if first <= int(b) <= current}
@@ -181,7 +179,8 @@ class FleetAdmin:
             crawl=k.crawl_id, now_ms=now_ms, todo=counts["todo"],
             processing=counts["processing"], done=counts["done"], dead=counts["dead"],
             workers_alive=counts["workers_alive"], totals=totals, done_last_minute=recent,
-            window_s=window_ms / 1000, stats=fleet_stats)
+            window_s=window_ms / 1000, stats=fleet_stats, control=control, feed=feed,
+            feed_batches=feed_batches)
         if workers:
             snap.workers = self._workers(now_ms, [(w, float(s)) for w, s in pairs(res[1])],
                                          dict(pairs(res[2])))
@@ -210,7 +209,7 @@ class FleetAdmin:
                 alive=now_ms - int(score) < self.worker_ttl_ms,
                 inflight=info.get("inflight"), acked=info.get("acked"),
                 capacity=info.get("capacity"), host=info.get("host"), pid=info.get("pid"),
-                started=info.get("started")))
+                started=info.get("started"), control=info.get("control")))
         out.sort(key=lambda w: (not w.alive, w.id))
         return out
 
@@ -257,6 +256,18 @@ class FleetAdmin:
 
     # -- mutations -------------------------------------------------------------------
 
+    async def set_control(self, state: str, by: str, reason: str = "") -> tuple[str, int, int]:
+        """Set the fleet's control state (``running``, ``paused``, ``stopping``; the
+        ``control`` HASH, lua/control.lua): every worker obeys it from its next claim or
+        heartbeat on, and so does a worker started later. Returns (the previous state,
+        since when it held in ms of Redis time (0: never set), Redis time now in ms)."""
+        if state not in CONTROL_STATES:
+            raise ValueError(f"unknown control state {state!r}: one of "
+                             f"{', '.join(CONTROL_STATES)}")
+        prev, since, now = await self._s["control"](keys=[self.keys.control],
+                                                     args=[state, by, reason])
+        return as_str(prev), int(since), int(now)
+
     async def requeue_dead(self, letters: Sequence[DeadLetter]) -> RequeueResult:
         """Put dead letters back in the queue, attempts and expiries reset to 0."""
         k = self.keys
@@ -285,26 +296,55 @@ class FleetAdmin:
                 args=[d.rid for d in letters[i:i + BATCH]]))
         return deleted
 
-    async def seed(self, requests: Sequence[NewRequest], seen_bucket_bits: int) -> list[bool]:
+    async def seed(self, requests: Sequence[NewRequest], seen_bucket_bits: int,
+                   seen_ttl_ms: int = 0) -> list[bool]:
         """Queue new requests, deduplicated like a worker's (True: queued, False: seen).
         Records the seen-set layout for a new crawl; refuses a different one."""
-        await self.frontier.check_layout(seen_bucket_bits)
+        await self.frontier.check_layout(seen_bucket_bits, seen_ttl_ms)
         queued: list[bool] = []
         for i in range(0, len(requests), BATCH):
             queued += (await self.frontier.commit(enqueue=requests[i:i + BATCH])).queued
         return queued
 
+    async def forget(self, entries: Sequence[tuple[int, int]]) -> list[bool]:
+        """Remove seen-set entries ((bucket, member) of a fingerprint, ``split_fingerprint``)
+        from the crawl's seen set, ``BATCH`` per atomic step (lua/forget.lua); True for
+        each entry that was there. Each request forgotten is queued again the next time
+        it is sent (by a worker, a new run's ``start()``, ``seed``)."""
+        k = self.keys
+        out: list[bool] = []
+        ttl = int(await self.client.hget(k.meta, SEEN_TTL_FIELD) or 0)
+        gens: list[int | None] = [None]
+        if ttl:  # the generations an entry may be in now, or by the time the script runs
+            sec, usec = await self.client.time()
+            gen = (int(sec) * 1000 + int(usec) // 1000) // ttl
+            gens = [gen - 1, gen, gen + 1]
+        for i in range(0, len(entries), BATCH):
+            keys = [k.stats]
+            extra = ExtraKeys(keys)
+            args: list[Any] = []
+            for bucket, member in entries[i:i + BATCH]:
+                for g in gens:
+                    args += [extra(k.seen_bucket(bucket, g)), member]
+            found = await self._s["forget"](keys=keys, args=args)
+            out += [any(found[j:j + len(gens)]) for j in range(0, len(found), len(gens))]
+        return out
+
     async def crawl_keys(self) -> list[str]:
         """Every key of this crawl (SCAN MATCH on its escaped prefix; on a cluster, of every
         master: a slot being migrated has keys on two)."""
-        pattern = glob_escape(self.keys.prefix) + "*"
-        return sorted({as_str(key) async for batch in scan_batches(self.client, pattern)
-                       for key in batch})
+        return await keys_with_prefix(self.client, self.keys.prefix)
 
-    async def reset(self) -> int:
-        """Delete every key of this crawl, and nothing else; returns how many."""
+    async def reset(self, records: bool = True, records_prefix: str = "records"
+                    ) -> tuple[int, int]:
+        """Delete every key of this crawl, and nothing else, except, without ``records``,
+        the ``records`` hashes of UpsertPipeline (``records_prefix``: LEASED_UPSERT_PREFIX).
+        Returns (keys deleted, records hashes kept)."""
         keys = await self.crawl_keys()
+        kept = [] if records else [key for key in keys
+                                   if self.keys.is_records(key, records_prefix)]
+        doomed = sorted(set(keys) - set(kept))
         deleted = 0
-        for i in range(0, len(keys), BATCH):
-            deleted += int(await self.client.unlink(*keys[i:i + BATCH]))
-        return deleted
+        for i in range(0, len(doomed), BATCH):
+            deleted += int(await self.client.unlink(*doomed[i:i + BATCH]))
+        return deleted, len(kept)

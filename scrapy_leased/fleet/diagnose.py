@@ -30,7 +30,8 @@ def diagnose(cur: Snapshot, prev: Snapshot | None = None,
       capacity: leases of dead workers, waiting to expire. Needs ``cur.workers``.
     - ``stuck`` (needs ``prev``): done did not move while todo grew, or while todo
       waits and the live workers are idle (nothing processing, or less than half of
-      their capacity: with every slot busy, a flat done only means slow pages).
+      their capacity: with every slot busy, a flat done only means slow pages); not
+      while the fleet is paused.
     - ``dead_climbing`` (needs ``prev``): dead letters are being added fast.
     """
     out: list[Diagnosis] = []
@@ -55,7 +56,9 @@ def diagnose(cur: Snapshot, prev: Snapshot | None = None,
     # Free slots while work waits: the workers do not take it (when every slot is busy,
     # a flat done only means slow pages).
     idle = cur.processing == 0 or (capacity is not None and cur.processing < IDLE_SHARE * capacity)
-    if cur.workers_alive and done_delta == 0 and cur.todo > 0 and (todo_delta > 0 or idle):
+    # (a paused fleet is meant to wait: scrapy leased pause)
+    if cur.workers_alive and done_delta == 0 and cur.todo > 0 and (todo_delta > 0 or idle) \
+            and cur.control.state != "paused":
         if todo_delta > 0:
             what = f"todo grew {prev.todo:,} -> {cur.todo:,}"
         else:

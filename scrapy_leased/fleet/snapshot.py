@@ -22,6 +22,7 @@ class WorkerState:
     host: str | None = None
     pid: int | None = None
     started: float | None = None  # its own clock, epoch seconds
+    control: str | None = None  # the control state it saw last (running, paused, stopping)
 
     def process_gone(self) -> bool:
         """True when the worker ran on this machine and its process no longer exists
@@ -36,6 +37,31 @@ class WorkerState:
         except PermissionError:
             return False
         return False
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """The fleet's control state (the ``control`` HASH: ``scrapy leased pause``, ``resume``,
+    ``stop``, or a LEASED_CLOSE_* limit reached)."""
+
+    state: str = "running"
+    since_ms: int = 0  # when it was set (Redis time), 0: never
+    by: str = ""
+    reason: str = ""
+
+    @classmethod
+    def from_hash(cls, raw: dict[Any, Any]) -> ControlState:
+        h = {(k.decode() if isinstance(k, bytes) else str(k)):
+             (v.decode() if isinstance(v, bytes) else str(v)) for k, v in raw.items()}
+        try:
+            since = int(h.get("since") or 0)
+        except ValueError:
+            since = 0
+        return cls(h.get("state") or "running", since, h.get("by", ""), h.get("reason", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "since": self.since_ms / 1000 if self.since_ms else None,
+                "by": self.by or None, "reason": self.reason or None}
 
 
 @dataclass
@@ -79,6 +105,12 @@ class Snapshot:
     #: Live leases per worker id, from the ``owners`` HASH (who holds each claim), read
     #: with the workers: also the workers no longer alive, whose leases wait to expire
     leases_by_worker: dict[str, int] = field(default_factory=dict)
+    #: The fleet's control state (paused, stopping, running)
+    control: ControlState = field(default_factory=ControlState)
+    #: Entries in the crawl's feed (docs/feed.md), and batches taken off it by workers,
+    #: not queued yet
+    feed: int = 0
+    feed_batches: int = 0
 
     def leases_of_gone_workers(self) -> dict[str, int]:
         """``leases_by_worker`` of the workers not alive (no heartbeat for longer than the
@@ -110,7 +142,10 @@ class Snapshot:
         return {
             "crawl": self.crawl,
             "time": self.now_ms / 1000,
+            "control": self.control.to_dict(),
             "todo": self.todo,
+            "feed": self.feed,
+            "feed_batches": self.feed_batches,
             "processing": self.processing,
             "done": self.done,
             "dead": self.dead,

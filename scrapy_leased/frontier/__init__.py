@@ -7,15 +7,24 @@ can be driven (and tested) without a crawler.
 from .envelope import Envelope
 from .keys import CrawlKeys
 from .machine import (
+    CONTROL_STATES,
     NO_BUDGET,
+    NO_LIMITS,
+    PAUSED,
+    RUNNING,
+    STOPPING,
     Budget,
     ClaimResult,
+    CloseLimits,
     CommitResult,
     Failure,
+    FeedBatch,
     Frontier,
     NewRequest,
+    Revisit,
 )
 from .scripts import as_str
 
-__all__ = ["NO_BUDGET", "Budget", "ClaimResult", "CommitResult", "CrawlKeys", "Envelope",
-           "Failure", "Frontier", "NewRequest", "as_str"]
+__all__ = ["CONTROL_STATES", "NO_BUDGET", "NO_LIMITS", "PAUSED", "RUNNING", "STOPPING",
+           "Budget", "ClaimResult", "CloseLimits", "CommitResult", "CrawlKeys", "Envelope",
+           "FeedBatch", "Failure", "Frontier", "NewRequest", "Revisit", "as_str"]

@@ -105,6 +105,11 @@ class CrawlKeys:
         removed with the lease (never more entries than ``leases``). Release and renew
         act only on the caller's own tokens; ``status`` counts leases per worker here.""")
 
+    revisit = KeyName(
+        """ZSET: envelope -> due time (ms of Redis TIME) of a request acked with a revisit
+        interval (LEASED_REVISIT_AFTER, meta ``leased_revisit_after``): lua/revisit.lua
+        queues it again, with a new rid, once due.""")
+
     done = KeyName(
         """BITMAP: bit rid is set once request rid was processed.""")
 
@@ -138,19 +143,55 @@ class CrawlKeys:
         """STRING: the current run of the crawl (lua/run_join.lua): the id of the worker
         seeding it (running start()), then ``seeded``; expires when no worker is alive.""")
 
-    meta = KeyName(
-        """HASH: the crawl's fixed parameters (``seen_bucket_bits``, the seen-set layout,
-        checked at open) and ``rate_half_life_ms`` (LEASED_RATE_RECOVERY of the workers,
-        read by ``scrapy leased status``).""")
+    control = KeyName(
+        """HASH: the fleet's control state, shared by every worker of the crawl (``scrapy
+        leased pause|resume|stop``, lua/control.lua; the LEASED_CLOSE_* limits, lua/claim.lua):
+        ``state`` ``running`` (also when absent), ``paused`` or ``stopping``; ``since`` (ms of
+        Redis TIME), ``by`` (who set it) and ``reason``. Read by every claim (lua/claim.lua)
+        and heartbeat (lua/renew.lua), so a worker started later obeys it too.""")
 
-    def seen_bucket(self, bucket: int) -> str:
-        """SET of 64-bit integers: fingerprints whose top bits equal ``bucket``."""
-        return self._key(f"seen:{bucket:x}")
+    feed = KeyName(
+        """LIST: JSON requests pushed by any producer (docs/feed.md; ``RPUSH``), drained
+        into the queues by the workers (lua/feed_take.lua, lua/feed_commit.lua).""")
+
+    feed_taken = KeyName(
+        """HASH: worker id -> ``<batch id> <JSON array>``: the feed entries it took and has
+        not queued yet (lua/feed_take.lua); back to the feed when its deadline passed.""")
+
+    feed_deadlines = KeyName(
+        """ZSET: worker id -> deadline (ms of Redis TIME) of its batch in ``feed_taken``.""")
+
+    meta = KeyName(
+        """HASH: the crawl's fixed parameters (``seen_bucket_bits`` and ``seen_ttl_ms``,
+        the seen-set layout, checked at open) and ``rate_half_life_ms``
+        (LEASED_RATE_RECOVERY of the workers, read by ``scrapy leased status``).""")
+
+    def seen_bucket(self, bucket: int, gen: int | None = None) -> str:
+        """SET of 64-bit integers: fingerprints whose top bits equal ``bucket``. With an
+        expiry of seen entries (LEASED_SEEN_TTL), one per generation ``gen`` (Redis TIME
+        in ms // the expiry): ``seen:<gen>:<bucket>``, expiring when no longer read
+        (lua/lib_enqueue.lua)."""
+        if gen is None:
+            return self._key(f"seen:{bucket:x}")
+        return self._key(f"seen:{gen}:{bucket:x}")
 
     def records(self, item_type: str, prefix: str = "records") -> str:
         """HASH: items upserted by UpsertPipeline, one hash per item type (snake_case
         class name): key -> {"fence", "updated", "type", "item"} JSON (lua/upsert.lua)."""
         return self._key(f"{prefix}:{item_type}")
+
+    def kept_by_flush(self, key: str, records_prefix: str = "records") -> bool:
+        """Whether a fresh run (LEASED_FLUSH_ON_START, lua/run_flush.lua) keeps ``key``:
+        the run and the worker registry (who is starting), the crawl's fixed parameters,
+        the fencing tokens and epoch (never issued twice), the control state, and the
+        UpsertPipeline records."""
+        return key in (self.run, self.workers, self.worker_info, self.meta, self.tokens,
+                       self.epoch, self.control) or self.is_records(key, records_prefix)
+
+    def is_records(self, key: str, prefix: str = "records") -> bool:
+        """Whether ``key`` is one of the ``records`` hashes (with this prefix): kept by
+        ``scrapy leased reset`` without ``--records``."""
+        return key.startswith(self._key(f"{prefix}:"))
 
 
 class ExtraKeys:
@@ -167,11 +208,21 @@ class ExtraKeys:
             idx = self._index[key] = len(self.keys)
         return idx
 
+    def pair(self, first: str, second: str) -> int:
+        """The index of ``first``, with ``second`` right after it."""
+        idx = self._index.get(first)
+        if idx is None:
+            idx = self(first)
+            self.keys.append(second)
+        return idx
+
     def queue(self, keys: CrawlKeys, lane: str) -> int:
         """The index of a lane's queue ZSET, its LIST right after it (lua/lib_settle.lua)."""
-        zset = keys.lane_queue(lane)
-        idx = self._index.get(zset)
-        if idx is None:
-            idx = self(zset)
-            self.keys.append(keys.lane_fifo(lane))
-        return idx
+        return self.pair(keys.lane_queue(lane), keys.lane_fifo(lane))
+
+    def seen(self, keys: CrawlKeys, bucket: int, gen: int | None) -> int:
+        """The index of a seen bucket; with generations (``gen``), of the current one's,
+        the previous one's right after it (lua/lib_enqueue.lua)."""
+        if gen is None:
+            return self(keys.seen_bucket(bucket))
+        return self.pair(keys.seen_bucket(bucket, gen), keys.seen_bucket(bucket, gen - 1))

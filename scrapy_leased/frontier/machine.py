@@ -7,19 +7,32 @@ and every time is Redis server time. This module knows nothing about Scrapy.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from redis.exceptions import ResponseError
 
 from .envelope import Envelope
 from .keys import CrawlKeys, ExtraKeys
 from .scripts import as_str, pairs, read_atomic, register
 
+#: The fleet's control states (the ``control`` HASH, keys.py): claims are made only while
+#: running; a paused fleet holds what it has, a stopping one closes.
+RUNNING, PAUSED, STOPPING = "running", "paused", "stopping"
+CONTROL_STATES = (RUNNING, PAUSED, STOPPING)
 REASON_CHARS = 500  # a failure's reason is kept to its first 500 characters
 #: Field of the crawl's ``meta`` HASH: the slowdown half-life (ms) the workers use.
 HALF_LIFE_FIELD = "rate_half_life_ms"
+#: Field of the crawl's ``meta`` HASH: the expiry of seen entries (ms, 0: never).
+SEEN_TTL_FIELD = "seen_ttl_ms"
+#: The error a script that queues requests answers with when the seen set's generation
+#: the caller built its keys for is not the current one (lua/lib_enqueue.lua).
+SEEN_GEN_RE = re.compile(r"^SEEN_GENERATION (\d+)")
+GEN_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,26 @@ class Budget:
 NO_BUDGET = Budget()
 
 
+@dataclass(frozen=True)
+class CloseLimits:
+    """The fleet-wide limits (LEASED_CLOSE_*; 0 = none), checked by every claim
+    (lua/claim.lua) against the whole crawl's counts: requests done (``stats`` done),
+    items scraped and spider errors (the fleet's Scrapy stats, ``fleet_stats``), and ms
+    since the crawl's first claim. One reached, the claim sets the fleet's control state
+    to stopping."""
+
+    pages: int = 0
+    items: int = 0
+    errors: int = 0
+    timeout_ms: int = 0
+
+    def args(self) -> list[int]:
+        return [self.pages, self.items, self.errors, self.timeout_ms]
+
+
+NO_LIMITS = CloseLimits()
+
+
 @dataclass
 class ClaimResult:
     now_ms: int
@@ -67,6 +100,34 @@ class ClaimResult:
     claims: list[tuple[int, Envelope]] = field(default_factory=list)
     # lanes claimed from that had nothing to enforce then (no budget, Crawl-delay, block)
     free_lanes: frozenset[str] = frozenset()
+    #: The fleet's control state (``RUNNING``, ``PAUSED``, ``STOPPING``): claims are made
+    #: only while running
+    control: str = "running"
+    #: Entries in the crawl's feed and in batches taken off it, not queued yet (0 when
+    #: not running)
+    feed: int = 0
+
+
+@dataclass(frozen=True)
+class Revisit:
+    """An acked request to queue again ``after_ms`` after its ack (lua/commit.lua): its
+    priority, lane and payload, as claimed."""
+
+    after_ms: int
+    priority: int
+    lane: str
+    payload: str
+
+
+@dataclass
+class FeedBatch:
+    """Entries taken off the feed (lua/feed_take.lua): ``returned`` entries of other
+    takers past their deadline went back to the feed first; ``left`` are still in it."""
+
+    entries: list[bytes | str]
+    returned: int = 0
+    left: int = 0
+    id: str = "0"  # the batch's id, for commit_feed ("0": nothing taken)
 
 
 @dataclass
@@ -103,7 +164,7 @@ class Frontier:
     def __init__(self, client: Any, keys: CrawlKeys, *, lease_ms: int, max_attempts: int,
                  recover_batch: int = 500, half_life_ms: int = 30_000,
                  ready_lanes: int = 32, caller: str | None = None,
-                 prune_ms: int = 0) -> None:
+                 prune_ms: int = 0, limits: CloseLimits = NO_LIMITS) -> None:
         self.client = client
         self.keys = keys
         self.lease_ms = lease_ms
@@ -112,15 +173,26 @@ class Frontier:
         self.half_life_ms = half_life_ms
         self.ready_lanes = ready_lanes
         self.prune_ms = prune_ms  # renewals prune registry entries silent this long (0: never)
+        self.limits = limits
         self.caller = caller or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.epoch: int | None = None
         self.seen_token = 0
         self.seen_rid = 0
         self.on_epoch: Callable[[int, int], None] | None = None
+        #: Called with the control state each claim and renewal reports (keys.py: control)
+        self.on_control: Callable[[str], None] | None = None
+        #: The expiry of seen entries (ms, 0: never; set by ``check_layout``) and the seen
+        #: set's generation this caller last knew (lua/lib_enqueue.lua)
+        self.seen_ttl_ms = 0
+        self.seen_gen: int | None = None
+        #: Called with (old, new) when the seen set's generation changed: entries a
+        #: caller remembers as seen may have expired
+        self.on_seen_gen: Callable[[int, int], None] | None = None
         self._calls = 0
         self._pending_claim: tuple[list[str], list[Any]] | None = None
         self._s = register(client, "claim", "commit", "expired", "recover", "renew", "release",
-                           "acquire", "penalize", "read")
+                           "acquire", "penalize", "read", "feed_take", "feed_commit", "layout",
+                           "revisit")
 
     # -- the guard (lua/lib_guard.lua) ---------------------------------------------------
 
@@ -146,17 +218,25 @@ class Frontier:
             self.on_epoch(old, epoch)
         return out[3:]
 
-    async def check_layout(self, seen_bucket_bits: int) -> None:
-        """Record the seen-set layout on first use; refuse a different one later."""
-        k = self.keys.meta
-        await self.client.hsetnx(k, "seen_bucket_bits", seen_bucket_bits)
-        stored = int(await self.client.hget(k, "seen_bucket_bits"))
-        if stored != seen_bucket_bits:
+    async def check_layout(self, seen_bucket_bits: int, seen_ttl_ms: int = 0) -> None:
+        """Record the seen-set layout (bucket bits, the expiry of seen entries) on first
+        use; refuse a different one later. Sets ``seen_ttl_ms``."""
+        recorded = await self._s["layout"](keys=[self.keys.meta],
+                                           args=[seen_bucket_bits, seen_ttl_ms])
+        bits, ttl = (int(v) for v in recorded)
+        if bits != seen_bucket_bits:
             raise ValueError(
                 f"LEASED_SEEN_BUCKET_BITS ({seen_bucket_bits}) differs from the value this "
-                f"crawl was started with ({stored}); changing it would forget seen URLs. "
-                f"Set it back to {stored}, or use a new LEASED_CRAWL_ID."
+                f"crawl was started with ({bits}); changing it would forget seen URLs. "
+                f"Set it back to {bits}, or use a new LEASED_CRAWL_ID."
             )
+        if ttl != seen_ttl_ms:
+            raise ValueError(
+                f"LEASED_SEEN_TTL ({seen_ttl_ms / 1000:g}) differs from the value this crawl "
+                f"was started with ({ttl / 1000:g}; 0: seen entries never expire): the "
+                f"seen set is kept another way for each. Set it back to {ttl / 1000:g}, or "
+                f"use a new LEASED_CRAWL_ID.")
+        self.seen_ttl_ms = seen_ttl_ms
 
     async def record_half_life(self) -> None:
         """Record this caller's slowdown half-life (LEASED_RATE_RECOVERY) with the crawl,
@@ -164,28 +244,119 @@ class Frontier:
         await self.client.hset(self.keys.meta, HALF_LIFE_FIELD, self.half_life_ms)
 
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
-                     fails: Sequence[Failure] = (), call_id: str | None = None) -> CommitResult:
+                     fails: Sequence[Failure] = (), call_id: str | None = None,
+                     revisits: Mapping[int, Revisit] | None = None) -> CommitResult:
         """Enqueue, ack and fail in one atomic step. ``call_id``: the id of this commit
         (``new_call_id``); send a commit whose outcome is unknown again with the same id
-        and the same contents, and it is applied once. None: a new id."""
+        and the same contents, and it is applied once. None: a new id. ``revisits``:
+        claim token -> when and what to queue again after its ack (``revisit``)."""
         k = self.keys
-        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
-                k.throughput, k.owners]
-        extra = ExtraKeys(keys)
-        args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts]
-        for r in enqueue:
-            bucket = 0 if r.bucket is None else extra(k.seen_bucket(r.bucket))
-            args += [bucket, r.member, r.priority, extra.queue(k, r.lane), r.lane, r.payload,
-                     r.order]
-        for token, rid in acks:
-            args += [token, rid]
-        for f in fails:
-            args += [f.token, f.reason[:REASON_CHARS], int(f.permanent),
-                     extra.queue(k, f.lane), f.lane, "" if f.rid is None else f.rid]
-        gkeys, gargs = self._guard("commit", call_id or self.new_call_id())
-        out = self._seen(await self._s["commit"](keys=keys + gkeys, args=args + gargs))
+        revisits = revisits or {}
+        call_id = call_id or self.new_call_id()
+
+        def build(gen: int | None) -> tuple[list[str], list[Any]]:
+            keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead,
+                    k.rids, k.throughput, k.owners, k.revisit]
+            extra = ExtraKeys(keys)
+            args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts,
+                               self.seen_ttl_ms, gen or 0, len(revisits)]
+            args += self._enqueue_args(extra, enqueue, gen)
+            for token, rid in acks:
+                revisit = revisits.get(token)
+                args += [token, rid, revisit.after_ms if revisit else 0]
+            for f in fails:
+                args += [f.token, f.reason[:REASON_CHARS], int(f.permanent),
+                         extra.queue(k, f.lane), f.lane, "" if f.rid is None else f.rid]
+            for token, r in revisits.items():
+                args += [token, r.priority, r.lane, r.payload]
+            gkeys, gargs = self._guard("commit", call_id)
+            return keys + gkeys, args + gargs
+
+        out = await self._enqueuing("commit", build)
         n, m = len(enqueue), len(acks)
         return CommitResult([bool(x) for x in out[:n]], list(out[n:n + m]), list(out[n + m:]))
+
+    def _enqueue_args(self, extra: ExtraKeys, enqueue: Sequence[NewRequest],
+                      gen: int | None) -> list[Any]:
+        """The ARGV of new requests (lua/lib_enqueue.lua), their KEYS added to ``extra``
+        (the seen buckets of generation ``gen``, None: no expiry)."""
+        k = self.keys
+        args: list[Any] = []
+        for r in enqueue:
+            bucket = 0 if r.bucket is None else extra.seen(k, r.bucket, gen)
+            args += [bucket, r.member, r.priority, extra.queue(k, r.lane), r.lane, r.payload,
+                     r.order]
+        return args
+
+    async def seen_generation(self) -> int | None:
+        """The seen set's current generation as this caller knows it (None: seen entries
+        never expire): first read from Redis TIME, then corrected by the scripts."""
+        if not self.seen_ttl_ms:
+            return None
+        if self.seen_gen is None:
+            sec, usec = await self.client.time()
+            self._set_seen_gen((int(sec) * 1000 + int(usec) // 1000) // self.seen_ttl_ms)
+        return self.seen_gen
+
+    def _set_seen_gen(self, gen: int) -> None:
+        old, self.seen_gen = self.seen_gen, gen
+        if old is not None and old != gen and self.on_seen_gen is not None:
+            self.on_seen_gen(old, gen)
+
+    async def _enqueuing(self, script: str,
+                         build: Callable[[int | None], tuple[list[str], list[Any]]]
+                         ) -> Sequence[Any]:
+        """Run a script that queues new requests (lua/lib_enqueue.lua) with the keys of
+        the seen set's current generation; when the generation changed meanwhile, the
+        script changes nothing and names the new one, and the call is sent again (the
+        same call id) with its keys."""
+        for attempt in range(GEN_ATTEMPTS):
+            keys, args = build(await self.seen_generation())
+            try:
+                return self._seen(await self._s[script](keys=keys, args=args))
+            except ResponseError as exc:
+                found = SEEN_GEN_RE.match(str(exc))
+                if found is None or attempt == GEN_ATTEMPTS - 1:
+                    raise
+                self._set_seen_gen(int(found.group(1)))
+        raise AssertionError("unreachable")
+
+    async def take_feed(self, count: int) -> FeedBatch:
+        """Take up to ``count`` entries off the crawl's feed (lua/feed_take.lua), held
+        for this caller for ``lease_ms`` until ``commit_feed``; the same batch again
+        while an earlier one is held."""
+        k = self.keys
+        out = await self._s["feed_take"](keys=[k.feed, k.feed_taken, k.feed_deadlines],
+                                         args=[self.caller, count, self.lease_ms])
+        return FeedBatch(list(out[3:]), returned=int(out[0]), left=int(out[1]),
+                         id=as_str(out[2]))
+
+    async def commit_feed(self, batch_id: str, enqueue: Sequence[NewRequest],
+                          bad: Sequence[tuple[bytes | str, str]],
+                          call_id: str | None = None) -> list[bool] | None:
+        """Queue the requests made of this caller's feed batch ``batch_id`` (FeedBatch.id)
+        and dead-letter its unreadable entries (``(entry, reason)``), dropping the batch,
+        atomically (lua/feed_commit.lua). Returns what ``enqueue`` returns, or None when
+        the batch was not this caller's any more (past its deadline: back in the feed;
+        nothing done). ``call_id`` as for ``commit``."""
+        k = self.keys
+        call_id = call_id or self.new_call_id()
+
+        def build(gen: int | None) -> tuple[list[str], list[Any]]:
+            keys = [k.seq, k.lanes, k.todo, k.stats, k.dead, k.feed_taken, k.feed_deadlines]
+            extra = ExtraKeys(keys)
+            args: list[Any] = [self.caller, len(enqueue), len(bad), self.seen_ttl_ms, gen or 0,
+                               batch_id]
+            args += self._enqueue_args(extra, enqueue, gen)
+            for entry, reason in bad:
+                args += [entry, reason[:REASON_CHARS]]
+            gkeys, gargs = self._guard("feed", call_id)
+            return keys + gkeys, args + gargs
+
+        out = await self._enqueuing("feed_commit", build)
+        if not int(out[0]):
+            return None
+        return [bool(x) for x in out[1:]]
 
     async def enqueue(self, requests: Sequence[NewRequest]) -> list[bool]:
         return (await self.commit(enqueue=requests)).queued
@@ -203,9 +374,9 @@ class Frontier:
         if self._pending_claim is None:  # else: send the claim whose reply was lost again
             k = self.keys
             keys = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.seq,
-                    k.workers, k.todo, k.owners]
+                    k.workers, k.todo, k.owners, k.control, k.fleet_stats, k.feed, k.feed_taken]
             args: list[Any] = [count, self.lease_ms, worker_id, len(lanes), self.half_life_ms,
-                               self.ready_lanes]
+                               self.ready_lanes, *self.limits.args()]
             for lane, budget in lanes:
                 keys += [k.lane_queue(lane), k.lane_fifo(lane), k.rate(lane)]
                 args += [lane, budget.interval_ms, budget.burst]
@@ -214,14 +385,19 @@ class Frontier:
         keys, args = self._pending_claim
         out = self._seen(await self._s["claim"](keys=keys, args=args))
         self._pending_claim = None
-        n = int(out[4])
-        ready = [as_str(x) for x in out[5:5 + n]]
-        m = int(out[5 + n])
-        free = frozenset(as_str(x) for x in out[6 + n:6 + n + m])
+        n = int(out[6])
+        ready = [as_str(x) for x in out[7:7 + n]]
+        m = int(out[7 + n])
+        free = frozenset(as_str(x) for x in out[8 + n:8 + n + m])
         result = ClaimResult(int(out[0]), int(out[1]), int(out[2]), int(out[3]), ready,
-                             free_lanes=free)
-        result.claims = _parse_claims(out[6 + n + m:])
+                             free_lanes=free, control=as_str(out[4]), feed=int(out[5]))
+        result.claims = _parse_claims(out[8 + n + m:])
+        self._control(result.control)
         return result
+
+    def _control(self, state: str) -> None:
+        if self.on_control is not None:
+            self.on_control(state)
 
     async def resolve_claim(self) -> list[tuple[int, Envelope]]:
         """The claims of a claim call that raised (its reply lost) and was not sent again:
@@ -236,9 +412,32 @@ class Frontier:
         self._pending_claim = None
         if not out:
             return []
-        n = int(out[4])
-        m = int(out[5 + n])
-        return _parse_claims(out[6 + n + m:])
+        n = int(out[6])
+        m = int(out[7 + n])
+        return _parse_claims(out[8 + n + m:])
+
+    async def revisit(self, batch: int = 500) -> int:
+        """Queue again up to ``batch`` requests whose revisit is due (lua/revisit.lua);
+        returns how many were queued."""
+        k = self.keys
+        now_ms, (due,) = await read_atomic(self._s["read"],
+                                           ("ZRANGE", k.revisit, 0, batch - 1, "WITHSCORES"))
+        keys = [k.seq, k.lanes, k.todo, k.stats, k.revisit]
+        extra = ExtraKeys(keys)
+        args: list[Any] = []
+        for member, score in pairs(due):
+            if float(score) > now_ms:
+                break  # in score order: the rest is not due either
+            try:
+                lane = Envelope.parse(member).lane
+            except ValueError:
+                lane = ""
+            args += [member, extra.queue(k, lane)]
+        if not args:
+            return 0
+        gkeys, gargs = self._guard()
+        (queued,) = self._seen(await self._s["revisit"](keys=keys + gkeys, args=args + gargs))
+        return int(queued)
 
     async def recover(self) -> tuple[int, int, int]:
         """Requeue up to recover_batch expired leases: (requeued, dead, expired left).
@@ -272,9 +471,10 @@ class Frontier:
         k = self.keys
         gkeys, gargs = self._guard()
         out = self._seen(await self._s["renew"](
-            keys=[k.leases, k.workers, k.worker_info, k.owners] + gkeys,
+            keys=[k.leases, k.workers, k.worker_info, k.owners, k.control] + gkeys,
             args=[self.lease_ms, worker_id, info, self.prune_ms, *tokens] + gargs))
-        return [int(t) for t in out[1:]]
+        self._control(as_str(out[1]))
+        return [int(t) for t in out[2:]]
 
     async def release(self, worker_id: str, claims: Sequence[int | tuple[int, str]]) -> int:
         """Give back unstarted claims: tokens, or (token, lane) for claims not in the

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..topology import keys_with_prefix
 from .keys import CrawlKeys
-from .scripts import register
+from .scripts import as_str, register
 
 #: run_join.lua's answers
 SEEDED, SEED, WAIT = 0, 1, 2
@@ -29,11 +30,13 @@ SEEDED, SEED, WAIT = 0, 1, 2
 class RunMarker:
     def __init__(self, client: Any, keys: CrawlKeys, worker_id: str, ttl_ms: int,
                  worker_ttl_ms: int) -> None:
+        self.client = client
         self.keys = keys
         self.worker_id = worker_id
         self.ttl_ms = ttl_ms
         self.worker_ttl_ms = worker_ttl_ms
-        self._s = register(client, "run_join", "run_seeded", "run_refresh", "run_leave")
+        self._s = register(client, "run_join", "run_seeded", "run_refresh", "run_leave",
+                           "run_flush")
 
     async def join(self) -> int:
         """Join the current run (or start one): SEEDED (skip start()), SEED (this
@@ -41,6 +44,22 @@ class RunMarker:
         k = self.keys
         return int(await self._s["run_join"](keys=[k.run, k.workers], args=[
             self.worker_id, self.ttl_ms, self.worker_ttl_ms]))
+
+    async def flush(self, records_prefix: str) -> tuple[int | None, list[str]]:
+        """LEASED_FLUSH_ON_START: start a fresh run, deleting the crawl's frontier state
+        (every key but those ``CrawlKeys.kept_by_flush`` keeps), unless a run is on
+        (lua/run_flush.lua). Returns (keys deleted, []) when flushed: this worker seeds
+        the new run; else (None, the live workers' ids, or the run marker when none)."""
+        k = self.keys
+        doomed = [key for key in await keys_with_prefix(self.client, k.prefix)
+                  if not k.kept_by_flush(key, records_prefix)]
+        out = await self._s["run_flush"](keys=[k.run, k.workers, k.control, *doomed],
+                                         args=[self.worker_id, self.ttl_ms,
+                                               self.worker_ttl_ms])
+        if int(out[0]):
+            return int(out[1]), []
+        others = [as_str(w) for w in out[2:]]
+        return None, others or [f"run marker {as_str(out[1])!r}"]
 
     async def seeded(self) -> bool:
         """start() is exhausted: later joiners skip it."""

@@ -26,9 +26,13 @@ from redis.exceptions import NoScriptError
 #: The shared helper files (lib_*.lua) each script gets prepended, in this order.
 LIBS: dict[str, tuple[str, ...]] = {
     "claim": ("lib_time", "lib_envelope", "lib_settle", "lib_rate", "lib_guard"),
-    "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
+    "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue"),
+    "feed_take": ("lib_time",),  # the feed (feed/drain.py): a batch taken off it
+    # layout: the seen-set layout, recorded once (Frontier.check_layout)
+    "feed_commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue"),
     "expired": ("lib_time",),
     "recover": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
+    "revisit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
     "renew": ("lib_guard",),
     "release": ("lib_envelope", "lib_settle"),
     "acquire": ("lib_time", "lib_rate"),
@@ -36,6 +40,9 @@ LIBS: dict[str, tuple[str, ...]] = {
     "requeue_dead": ("lib_envelope", "lib_settle"),  # fleet/admin.py (scrapy leased dead --requeue)
     "run_join": ("lib_time",),  # run.py: which worker seeds the run
     "run_leave": ("lib_time",),
+    "run_flush": ("lib_time",),  # run.py: LEASED_FLUSH_ON_START
+    "control": ("lib_time",),  # fleet/admin.py (scrapy leased pause, resume, stop)
+    # forget: no helpers (fleet/admin.py, scrapy leased forget)
     # read: several reads with the server time, atomically (read_atomic below)
 }
 

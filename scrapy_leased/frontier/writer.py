@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from .machine import CommitResult, Failure, Frontier, NewRequest
+from .machine import CommitResult, Failure, Frontier, NewRequest, Revisit
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ class Batch:
     tags: list[object]  # one per enqueue, handed back with the results
     acks: list[tuple[int, int]]
     fails: list[Failure]
+    revisits: dict[int, Revisit] = field(default_factory=dict)  # token -> (Frontier.commit)
 
 
 class CommitWriter:
@@ -58,8 +59,12 @@ class CommitWriter:
         self._batch.tags.append(tag)
         self._kick()
 
-    def add_ack(self, token: int, rid: int) -> None:
+    def add_ack(self, token: int, rid: int, revisit: Revisit | None = None) -> None:
+        """Ack a claim; ``revisit``: its request is queued again that long after the
+        ack."""
         self._batch.acks.append((token, rid))
+        if revisit is not None:
+            self._batch.revisits[token] = revisit
         self._kick()
 
     def add_fail(self, failure: Failure) -> None:
@@ -79,7 +84,7 @@ class CommitWriter:
             return b
         # Oversized: send requests first, acks only with the last slice of requests.
         head = Batch(b.enqueue[:n], b.tags[:n], [], [])
-        self._batch = Batch(b.enqueue[n:], b.tags[n:], b.acks, b.fails)
+        self._batch = Batch(b.enqueue[n:], b.tags[n:], b.acks, b.fails, b.revisits)
         return head
 
     async def _run(self) -> None:
@@ -92,7 +97,8 @@ class CommitWriter:
                     if self.before_settle is not None and (batch.acks or batch.fails):
                         await self.before_settle()
                     result = await self.frontier.commit(batch.enqueue, batch.acks, batch.fails,
-                                                        call_id=call_id)
+                                                        call_id=call_id,
+                                                        revisits=batch.revisits)
                     break
                 except (RedisError, OSError) as exc:
                     if not self._warned:

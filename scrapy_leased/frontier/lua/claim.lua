@@ -19,18 +19,34 @@
 -- KEYS[10] todo     STRING  number of queued requests (never below 0, even when
 --                  members were added to a queue by hand)
 -- KEYS[11] owners   HASH  claim token -> worker id holding it (set with each lease)
--- KEYS[9 + 3i], KEYS[10 + 3i], KEYS[11 + 3i]: the queue ZSET, queue LIST and rate HASH of
+-- KEYS[12] control  HASH  the fleet's control state (keys.py: state running|paused|
+--                  stopping): anything but running claims nothing and reports the state;
+--                  'started': the crawl's first claim (ms), set here
+-- KEYS[13] fleet_stats HASH the fleet's Scrapy stats (observe/flush.py), for the limits
+-- KEYS[14] feed     LIST  JSON requests pushed by producers, not drained yet
+-- KEYS[15] feed_taken HASH worker id -> feed entries taken, not queued yet (feed_take.lua)
+-- KEYS[13 + 3i], KEYS[14 + 3i], KEYS[15 + 3i]: the queue ZSET, queue LIST and rate HASH of
 --                  candidate lane i (lib_settle.lua: a lane's queue)
 -- ARGV[1] max number of requests to claim (may be 0: only report)
 -- ARGV[2] lease length in ms  ARGV[3] worker id  ARGV[4] number of candidate lanes
 -- ARGV[5] slowdown half-life ms  ARGV[6] how many ready lanes to report
--- ARGV[7..] per candidate lane: name, interval ms (0 = no budget), burst
+-- ARGV[7..10] the fleet-wide limits (LEASED_CLOSE_*; 0 = none): requests done (stats
+--          'done'), items scraped and spider errors (fleet_stats 'item_scraped_count',
+--          'spider_exceptions/count'), ms since the crawl's first claim. One reached,
+--          the claim sets the control state to stopping (reason: the limit) and claims
+--          nothing. With a page limit, a claim takes at most limit - done - leases: the
+--          requests done and in flight never add up to more than the limit.
+-- ARGV[11..] per candidate lane: name, interval ms (0 = no budget), burst
 -- Then the guard's four KEYS and four ARGV (lib_guard.lua: epoch, tokens, rids, this
 -- worker's claim call key; call id, epoch, token, rid seen).
--- Returns {epoch, tokens, rids (lib_guard.lua), now_ms, todo, leases, next_ms, n,
--- lane1..lane_n, m, free1..free_m, token1, envelope1, ...} (only the first three for a
--- replay-only call that finds no reply): lane1..n are ready lanes to pass as candidates
--- next time, next_ms the earliest time any lane is ready (now when one is); free1..m are
+-- Returns {epoch, tokens, rids (lib_guard.lua), now_ms, todo, leases, next_ms, state, feed,
+-- n, lane1..lane_n, m, free1..free_m, token1, envelope1, ...} (only the first three for a
+-- replay-only call that finds no reply): state is the control state (running, paused,
+-- stopping; when not running: no claims, no lanes, next_ms = now_ms, feed 0); feed the
+-- entries in the feed and in batches taken off it (LLEN feed + HLEN feed_taken: work
+-- that is not in the queues yet, so the crawl is not finished); lane1..n are ready
+-- lanes to pass as candidates next time, next_ms the earliest time any lane is ready
+-- (now when one is); free1..m are
 -- the lanes claimed from
 -- that had nothing to enforce at this moment (no budget, no Crawl-delay, no block), so
 -- their requests may start without another check (LEASED_RATE_FREE_GRACE).
@@ -47,20 +63,60 @@ local replayed = guard_replayed(g)
 if replayed then return replayed end
 local keys = {lanes = KEYS[1], stats = KEYS[6], dead = KEYS[7], seq = KEYS[8], todo = KEYS[10]}
 local want = tonumber(ARGV[1])
+local LIMIT_STAT = {[7] = {KEYS[6], 'done', 'LEASED_CLOSE_PAGECOUNT'},
+  [8] = {KEYS[13], 'item_scraped_count', 'LEASED_CLOSE_ITEMCOUNT'},
+  [9] = {KEYS[13], 'spider_exceptions/count', 'LEASED_CLOSE_ERRORCOUNT'}}
 local lease_ms = tonumber(ARGV[2])
 local half_life = tonumber(ARGV[5])
 local now = server_ms()
 redis.call('ZADD', KEYS[9], now, ARGV[3])
+local control = redis.call('HMGET', KEYS[12], 'state', 'started')
+local state = control[1] or 'running'
+local started = tonumber(control[2])
+if not started then
+  started = now
+  redis.call('HSET', KEYS[12], 'started', now)
+end
+if state == 'running' then  -- the fleet-wide limits
+  local reached = nil
+  for i = 7, 9 do
+    local limit = tonumber(ARGV[i])
+    if limit > 0 then
+      local s = LIMIT_STAT[i]
+      local raw = redis.call('HGET', s[1], s[2]) or '0'
+      local count = tonumber(raw) or 0
+      if count >= limit then
+        reached = s[3] .. ' (' .. ARGV[i] .. ') reached: ' .. s[2] .. ' ' .. raw
+        break
+      end
+      if i == 7 then
+        want = math.min(want, limit - count - redis.call('ZCARD', KEYS[2]))
+      end
+    end
+  end
+  local timeout = tonumber(ARGV[10])
+  if not reached and timeout > 0 and now - started >= timeout then
+    reached = 'LEASED_CLOSE_TIMEOUT reached: ' .. ARGV[10] .. ' ms since the first claim'
+  end
+  if reached then
+    state = 'stopping'
+    redis.call('HSET', KEYS[12], 'state', state, 'since', now, 'by', ARGV[3], 'reason', reached)
+  end
+end
+if state ~= 'running' then
+  return guard_reply(g, {now, tonumber(redis.call('GET', KEYS[10]) or 0),
+    redis.call('ZCARD', KEYS[2]), now, state, 0, 0, 0})
+end
 local active = {}
 for i = 1, tonumber(ARGV[4]) do
-  local lane, a = ARGV[4 + 3 * i], 4 + 3 * i
+  local lane, a = ARGV[8 + 3 * i], 8 + 3 * i
   local score = redis.call('ZSCORE', KEYS[1], lane)
   if score and tonumber(score) <= now then
-    local rate = KEYS[11 + 3 * i]
+    local rate = KEYS[15 + 3 * i]
     local avail, interval, ready = rate_claimable(rate, tonumber(ARGV[a + 1]),
       tonumber(ARGV[a + 2]), now, half_life)
     if avail > 0 then
-      active[#active + 1] = {lane = lane, queue = lane_queue(9 + 3 * i), rate = rate,
+      active[#active + 1] = {lane = lane, queue = lane_queue(13 + 3 * i), rate = rate,
         avail = avail, interval = interval, burst = tonumber(ARGV[a + 2]), took = 0}
     else
       redis.call('ZADD', KEYS[1], 'XX', ready, lane)
@@ -150,7 +206,7 @@ if #ready == 0 then
   next_ms = first[2] and tonumber(first[2]) or -1
 end
 local out = {now, tonumber(redis.call('GET', KEYS[10]) or 0), redis.call('ZCARD', KEYS[2]),
-  next_ms, #ready}
+  next_ms, state, redis.call('LLEN', KEYS[14]) + redis.call('HLEN', KEYS[15]), #ready}
 for _, lane in ipairs(ready) do out[#out + 1] = lane end
 out[#out + 1] = #free
 for _, lane in ipairs(free) do out[#out + 1] = lane end

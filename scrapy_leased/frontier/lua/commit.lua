@@ -7,16 +7,25 @@
 -- KEYS[6] inflight  KEYS[7] done  KEYS[8] dead  KEYS[9] rids (request id counter)
 -- KEYS[10] throughput (HASH 10-second bucket -> requests newly done)
 -- KEYS[11] owners (HASH claim token -> worker id: removed with each lease that ends)
--- KEYS[12..] seen buckets (SETs of 64-bit integers) and lane queues (a ZSET, then its
+-- KEYS[12] revisit (ZSET envelope -> due time in ms: revisit.lua queues it again then)
+-- KEYS[13..] seen buckets (SETs of 64-bit integers) and lane queues (a ZSET, then its
 --           LIST: lib_settle.lua), by index below
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's commit
 -- call key)
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
+-- ARGV[5] the seen set's expiry in ms (LEASED_SEEN_TTL; 0: none)  ARGV[6] the seen-set
+-- generation the keys are for (lib_enqueue.lua)  ARGV[7] n_revisit
 -- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority,
 --                   index into KEYS of the lane's queue ZSET, lane, payload,
---                   queue order code (lib_settle.lua: L, F, S or T)}
--- then n_ack     x {token, rid}
+--                   queue order code (lib_settle.lua: L, F, S or T)} (lib_enqueue.lua)
+-- then n_ack     x {token, rid, revisit interval in ms (0: none): the acked request is
+--                   queued again that long after the ack (revisit.lua), attempts 0}
 -- then n_fail    x {token, reason, permanent (0/1), queue index into KEYS, lane, rid}
+-- then n_revisit x {token, priority, lane, payload}: the request of each ack with a
+--                   revisit interval, queued again from this when its lease was lost
+--                   meanwhile (its envelope is gone from inflight) and the ack marks it
+--                   done (its requeued copy is then dropped as done, and would take the
+--                   revisit with it)
 -- then the guard's four ARGV (call id, epoch, token, rid seen)
 -- An ack or a fail settles a claim only if the claim still holds the request it names
 -- (the envelope's rid). A stale ack (its lease is gone: the request was recovered) still
@@ -26,11 +35,15 @@
 --          enqueue results (1 queued, 0 duplicate)...,
 --          ack results (bit 1: the lease was still held, bit 2: newly counted done)...,
 --          fail results (2 dead-lettered, 1 requeued, 0 lease no longer held)...}
--- Errors, before changing anything, when a failed claim's lane is not the one given.
+-- Errors, before changing anything, when a failed claim's lane is not the one given,
+-- and with 'SEEN_GENERATION <gen>' when the seen set's generation is not ARGV[6].
+local ttl, gen = tonumber(ARGV[5]), tonumber(ARGV[6])
+local gen_error = seen_gen_error(ttl, gen)
+if gen_error then return gen_error end
 local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3], stats = KEYS[4], dead = KEYS[8]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
-local fail_at = 5 + 7 * n_enq + 2 * n_ack
+local fail_at = 8 + 7 * n_enq + 3 * n_ack
 for i = 0, n_fail - 1 do
   local a = fail_at + 6 * i
   local env = redis.call('HGET', KEYS[6], ARGV[a])
@@ -46,28 +59,15 @@ local g = guard_open()
 local replayed = guard_replayed(g)
 if replayed then return replayed end
 local out = {}
-local a = 5
-local queued, dups = 0, 0
-for _ = 1, n_enq do
-  local bucket = tonumber(ARGV[a])
-  if bucket == 0 or redis.call('SADD', KEYS[bucket], ARGV[a + 1]) == 1 then
-    local rid = guard_rid(g)
-    queue_push(keys, lane_queue(tonumber(ARGV[a + 3])), ARGV[a + 4],
-      make_envelope(rid, 0, 0, ARGV[a + 2], ARGV[a + 4], ARGV[a + 5]), ARGV[a + 2], false,
-      rid, ARGV[a + 6])
-    out[#out + 1] = 1
-    queued = queued + 1
-  else
-    out[#out + 1] = 0
-    dups = dups + 1
-  end
-  a = a + 7
+local revisit_of = {}
+for i = fail_at + 6 * n_fail, fail_at + 6 * n_fail + 4 * tonumber(ARGV[7]) - 1, 4 do
+  revisit_of[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
 end
-if queued > 0 then redis.call('HINCRBY', KEYS[4], 'enqueued', queued) end
-if dups > 0 then redis.call('HINCRBY', KEYS[4], 'duplicates', dups) end
+local a = enqueue_new(keys, g, 8, n_enq, out, ttl, gen)
 local done_new, acked, untrusted = 0, 0, 0
+local revisit_now
 for _ = 1, n_ack do
-  local token, rid = ARGV[a], ARGV[a + 1]
+  local token, rid, revisit_ms = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]) or 0
   local env = redis.call('HGET', KEYS[6], token)
   local held, trusted = 0, false
   if env and parse_envelope(env) == rid then
@@ -75,6 +75,13 @@ for _ = 1, n_ack do
     redis.call('HDEL', KEYS[6], token)
     redis.call('HDEL', KEYS[11], token)
     trusted = true
+    if revisit_ms > 0 then
+      local _, _, _, priority, lane, payload = parse_envelope(env)
+      revisit_now = revisit_now or server_ms()
+      redis.call('ZADD', KEYS[12], revisit_now + revisit_ms,
+        make_envelope(rid, 0, 0, priority, lane, payload))
+      revisit_ms = 0  -- scheduled
+    end
   elseif not env then
     held = redis.call('ZREM', KEYS[5], token)  -- a lease without an envelope goes too
     if held == 1 then redis.call('HDEL', KEYS[11], token) end
@@ -88,10 +95,16 @@ for _ = 1, n_ack do
   else
     newly_done = held
   end
+  local again = revisit_of[token]
+  if revisit_ms > 0 and newly_done == 1 and again then  -- a stale ack marking it done
+    revisit_now = revisit_now or server_ms()
+    redis.call('ZADD', KEYS[12], revisit_now + revisit_ms,
+      make_envelope(rid, 0, 0, again[1], again[2], again[3]))
+  end
   done_new = done_new + newly_done
   out[#out + 1] = held + 2 * newly_done
   acked = acked + held
-  a = a + 2
+  a = a + 3
 end
 if acked > 0 then redis.call('HINCRBY', KEYS[4], 'acked', acked) end
 if untrusted > 0 then redis.call('HINCRBY', KEYS[4], 'acked_earlier_epoch', untrusted) end

@@ -11,11 +11,13 @@
 -- KEYS[2] workers ZSET worker id -> last heartbeat (ms)
 -- KEYS[3] worker_info HASH worker id -> JSON about the worker
 -- KEYS[4] owners  HASH claim token -> worker id holding it
+-- KEYS[5] control HASH the fleet's control state (keys.py), reported to the worker
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, any key)
 -- ARGV[1] lease length in ms  ARGV[2] worker id  ARGV[3] worker info JSON ('' = keep)
 -- ARGV[4] prune age ms (0 = never prune)
 -- ARGV[5..] claim tokens held, then the guard's four ARGV (call id '', epoch, token, rid)
--- Returns {epoch, tokens, rids (lib_guard.lua), now_ms, lost token, lost token, ...}
+-- Returns {epoch, tokens, rids (lib_guard.lua), now_ms, control state (running, paused,
+-- stopping), lost token, lost token, ...}
 local g = guard_open()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,7 +32,7 @@ if prune > 0 then
   end
 end
 local deadline = now + tonumber(ARGV[1])
-local out = {now}
+local out = {now, redis.call('HGET', KEYS[5], 'state') or 'running'}
 for i = 5, #ARGV - GUARD_ARGS do
   if redis.call('HGET', KEYS[4], ARGV[i]) ~= ARGV[2]
       or (redis.call('ZADD', KEYS[1], 'XX', 'CH', deadline, ARGV[i]) == 0

@@ -85,6 +85,12 @@ function render(data) {
     const f = node.dataset.field;
     if (f === "pages_per_min") setValue(node, s.throughput.pages_per_min, 1); else setValue(node, s[f]);
   }
+  for (const node of document.querySelectorAll("#counters [data-control]")) {
+    // the fleet's control state: running, paused or stopping (scrapy leased pause/stop)
+    const c = s.control || {};
+    node.dataset.value = c.state || "running";
+    node.textContent = (c.state || "running") + (c.reason ? ` (${c.reason})` : "");
+  }
   for (const node of document.querySelectorAll("#counters [data-stat]")) setValue(node, s.stats[node.dataset.stat] ?? 0);
   plot($("#plot-throughput"), data.history, [["pages_per_min", "var(--green)"]]);
   plot($("#plot-queue"), data.history, [["todo", "var(--blue)"], ["processing", "var(--orange)"], ["dead", "var(--red)"]]);

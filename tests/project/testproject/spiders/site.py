@@ -16,12 +16,16 @@ class SiteSpider(scrapy.Spider):
     - ``raise_path``: the callback raises ``RuntimeError("boom <url>")``.
     - ``exit_path``: the callback calls ``os._exit(3)`` (hard worker crash).
     - ``claim_field``: items get this field with the claim token of their request.
+    - ``start_filter``: ``1``: the start requests are deduplicated (no ``dont_filter``).
+    - ``revisit_path``, ``revisit_after``: links whose URL contains ``revisit_path`` get
+      ``meta["leased_revisit_after"] = float(revisit_after)``.
     """
 
     name = "site"
 
     def __init__(self, start_url=None, worker=None, slow_path=None, slow_seconds="1",
-                 raise_path=None, exit_path=None, claim_field=None, *args, **kwargs):
+                 raise_path=None, exit_path=None, claim_field=None, start_filter="0",
+                 revisit_path=None, revisit_after="0", *args, **kwargs):
         super().__init__(*args, **kwargs)
         if not start_url:
             raise ValueError("spider 'site' needs -a start_url=URL[,URL...]")
@@ -32,8 +36,15 @@ class SiteSpider(scrapy.Spider):
         self.raise_path = raise_path or None
         self.exit_path = exit_path or None
         self.claim_field = claim_field or None
+        self.start_filter = start_filter == "1"
+        self.revisit_path = revisit_path or None
+        self.revisit_after = float(revisit_after)
 
-    # start(): Scrapy's default, i.e. Request(url, dont_filter=True) per start_urls entry
+    async def start(self):
+        # Scrapy's default (Request(url, dont_filter=True) per start_urls entry), or
+        # deduplicated start requests with start_filter=1
+        for url in self.start_urls:
+            yield scrapy.Request(url, dont_filter=not self.start_filter)
 
     async def parse(self, response):
         url = response.url
@@ -52,4 +63,7 @@ class SiteSpider(scrapy.Spider):
             item[self.claim_field] = response.meta.get("_leased_claim")
         yield item
         for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, callback=self.parse)
+            meta = {}
+            if self.revisit_path and self.revisit_path in response.urljoin(href):
+                meta["leased_revisit_after"] = self.revisit_after
+            yield response.follow(href, callback=self.parse, meta=meta)

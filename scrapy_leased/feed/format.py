@@ -1,0 +1,146 @@
+"""The feed's request format: one JSON object per request (docs/feed.md).
+
+A producer in any language pushes entries to the crawl's feed LIST (``RPUSH
+leased:{<crawl id>}:feed <entry>``); ``scrapy leased seed`` reads the same entries as
+JSON lines, and ``Crawl.push`` takes them as dicts. An entry is a JSON object::
+
+    {"url": "https://example.com/search", "method": "POST",
+     "headers": {"Content-Type": "application/json"}, "body": "{\\"q\\": 1}",
+     "meta": {"page": 1}, "priority": 5, "callback": "parse_result",
+     "errback": "on_error", "dont_filter": false}
+
+Only ``url`` is required. An entry that is not a JSON object (it does not start with
+``{``) is taken as a bare URL, as scrapy-redis reads its start URLs. Anything else
+(an unknown field, a value of the wrong type, a URL Scrapy refuses) makes the entry
+unreadable: ``FeedEntryError`` says why, and the worker draining the feed puts the entry
+in the dead letters with that reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy import Request
+
+#: The fields of an entry, with the JSON type each must have.
+FIELDS: dict[str, tuple[type, ...]] = {
+    "url": (str,), "method": (str,), "headers": (dict,), "body": (str,),
+    "body_base64": (str,), "meta": (dict,), "cb_kwargs": (dict,), "cookies": (dict,),
+    "priority": (int,), "callback": (str,), "errback": (str,), "dont_filter": (bool,),
+    "encoding": (str,), "flags": (list,),
+}
+_KWARGS = ("method", "meta", "cb_kwargs", "cookies", "priority", "dont_filter",
+           "encoding", "flags")
+
+
+class FeedEntryError(ValueError):
+    """A feed entry cannot be read; the message says why."""
+
+
+@dataclass(frozen=True)
+class FeedRequest:
+    """A request read from a feed entry; ``callback``/``errback``: the spider methods it
+    names (None: the spider's default, as for any request)."""
+
+    request: Request
+    callback: str | None = None
+    errback: str | None = None
+
+    @property
+    def names(self) -> tuple[str | None, str | None]:
+        return self.callback, self.errback
+
+
+def parse_entry(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
+    """The request an entry describes; raise FeedEntryError naming what is wrong (and
+    nothing else, whatever the entry holds)."""
+    try:
+        return _parse(entry)
+    except FeedEntryError:
+        raise
+    except RecursionError:
+        raise FeedEntryError("nested too deeply") from None
+    except Exception as exc:  # anything else a hand-written entry can cause
+        raise FeedEntryError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
+    if isinstance(entry, Mapping):
+        return _from_object(entry)
+    if isinstance(entry, bytes):
+        try:
+            entry = entry.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FeedEntryError(f"not UTF-8 ({exc})") from None
+    text = entry.strip()
+    if not text:
+        raise FeedEntryError("empty entry")
+    if not text.startswith("{"):
+        return _from_object({"url": text})
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise FeedEntryError(f"not valid JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise FeedEntryError("not a JSON object")
+    return _from_object(obj)
+
+
+def _from_object(obj: Mapping[str, Any]) -> FeedRequest:
+    unknown = sorted(set(obj) - set(FIELDS))
+    if unknown:
+        raise FeedEntryError(f"unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")
+    for name, value in obj.items():
+        types = FIELDS[name]
+        # JSON has one number type: true/false are not integers here
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise FeedEntryError(f"{name!r} must be a JSON {_json_type(types[0])}, not "
+                                 f"{json.dumps(value)[:100]}")
+    if "url" not in obj:
+        raise FeedEntryError("no 'url'")
+    if "body" in obj and "body_base64" in obj:
+        raise FeedEntryError("both 'body' and 'body_base64': give one")
+    kwargs: dict[str, Any] = {k: obj[k] for k in _KWARGS if k in obj}
+    if "headers" in obj:
+        kwargs["headers"] = _headers(obj["headers"])
+    if "body" in obj:
+        kwargs["body"] = obj["body"].encode("utf-8")
+    elif "body_base64" in obj:
+        try:
+            kwargs["body"] = base64.b64decode(obj["body_base64"], validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise FeedEntryError(f"'body_base64' is not base64 ({exc})") from None
+    if not all(isinstance(f, str) for f in kwargs.get("flags", ())):
+        raise FeedEntryError("'flags' must be a list of strings")
+    names = [obj.get("callback"), obj.get("errback")]
+    for what, method in zip(("callback", "errback"), names):
+        if method is not None and not method.isidentifier():
+            raise FeedEntryError(f"{what} {method!r} is not a method name")
+    try:
+        request = Request(obj["url"], **kwargs)
+    except ValueError as exc:  # Scrapy refuses the URL
+        raise FeedEntryError(f"not a URL Scrapy takes: {obj['url'][:300]!r} ({exc})") from None
+    except (TypeError, LookupError) as exc:  # LookupError: an unknown encoding
+        raise FeedEntryError(f"not a request Scrapy takes ({type(exc).__name__}: {exc})"
+                             ) from None
+    return FeedRequest(request, names[0], names[1])
+
+
+def _headers(headers: dict[str, Any]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, value in headers.items():
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in values):
+            raise FeedEntryError(f"header {name!r} must be a string or a list of strings")
+        out[name] = values
+    return out
+
+
+def _json_type(t: type) -> str:
+    return {str: "string", dict: "object", int: "integer", bool: "boolean",
+            list: "array"}[t]

@@ -1,0 +1,51 @@
+#!lua
+-- feed_commit: queue the requests a worker made of the batch it took off the feed
+-- (feed_take.lua), dead-letter the entries it could not read, and drop the batch, in
+-- one atomic step. Nothing happens when the batch is no longer this worker's (it was
+-- past its deadline and went back to the feed: another worker queues it; or this
+-- worker holds another batch since: a call delayed past its next take), so an entry
+-- is queued once.
+-- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] dead
+-- KEYS[6] feed_taken  KEYS[7] feed_deadlines
+-- KEYS[8..] seen buckets and lane queues (a ZSET, then its LIST), by index below
+-- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's feed
+-- call key)
+-- ARGV[1] worker id  ARGV[2] n_enqueue  ARGV[3] n_bad  ARGV[4] the seen set's expiry
+-- in ms (0: none)  ARGV[5] the seen-set generation the keys are for (lib_enqueue.lua:
+-- 'SEEN_GENERATION <gen>' error, before any change, when it is not the current one)
+-- ARGV[6] the batch id; then n_enqueue x the seven fields of a new request
+-- (lib_enqueue.lua)
+-- then n_bad x {entry, reason}: dead letter 'feed:<sha1 of the entry>' (JSON {reason,
+-- attempts 0, entry, t}; the same entry twice is one letter), stats 'feed_malformed'
+-- (and 'dead' for each new letter)
+-- then the guard's four ARGV (call id, epoch, token, rid seen)
+-- Returns {epoch, tokens, rids (lib_guard.lua), held (1: done; 0: the batch was not
+-- this worker's any more, nothing changed), enqueue results (1 queued, 0 duplicate)...}.
+-- stats 'fed' counts the entries taken off the feed (queued, duplicate or dead).
+local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3], stats = KEYS[4]}
+local ttl, gen = tonumber(ARGV[4]), tonumber(ARGV[5])
+local gen_error = seen_gen_error(ttl, gen)
+if gen_error then return gen_error end
+local g = guard_open()
+local replayed = guard_replayed(g)
+if replayed then return replayed end
+local worker, n_enq, n_bad = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local held = redis.call('HGET', KEYS[6], worker)
+if not held or string.match(held, '^(%d+) ') ~= ARGV[6] then return guard_reply(g, {0}) end
+local out = {1}
+local a = enqueue_new(keys, g, 7, n_enq, out, ttl, gen)
+if n_bad > 0 then
+  local now, new = server_ms(), 0
+  for _ = 1, n_bad do
+    local entry = utf8_clean(ARGV[a])
+    new = new + redis.call('HSET', KEYS[5], 'feed:' .. redis.sha1hex(entry), cjson.encode({
+      reason = clip(ARGV[a + 1], 2000), attempts = 0, entry = clip(entry, 10000), t = now}))
+    a = a + 2
+  end
+  if new > 0 then redis.call('HINCRBY', KEYS[4], 'dead', new) end
+  redis.call('HINCRBY', KEYS[4], 'feed_malformed', n_bad)
+end
+redis.call('HINCRBY', KEYS[4], 'fed', n_enq + n_bad)
+redis.call('HDEL', KEYS[6], worker)
+redis.call('ZREM', KEYS[7], worker)
+return guard_reply(g, out)

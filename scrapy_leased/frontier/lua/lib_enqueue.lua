@@ -1,0 +1,62 @@
+-- Shared helper, prepended by Python (scripts.py) to the scripts that queue new
+-- requests (commit.lua, feed_commit.lua), after lib_settle.lua and lib_guard.lua. Not
+-- a script on its own.
+--
+-- The seen set (keys.py seen_bucket): without an expiry (ttl 0), one SET of 64-bit
+-- integers per bucket that only grows. With LEASED_SEEN_TTL (ttl > 0, in ms), one SET
+-- per bucket and generation, gen = floor(Redis TIME in ms / ttl): a fingerprint is seen
+-- when it is in the bucket of the current or the previous generation, new ones go to
+-- the current one, which expires when it is no longer read (at the start of gen + 2).
+-- An entry is thus forgotten between ttl and 2 x ttl after it was added (a duplicate
+-- found does not renew it). The caller names the generation it built the key names
+-- for; seen_gen_error tells it the right one when the generation has changed.
+
+-- nil when the caller's generation is the current one (or there is no expiry), else
+-- the error reply 'SEEN_GENERATION <current generation>': returned before any write,
+-- so the caller sends the same call again with that generation's keys.
+local function seen_gen_error(ttl, gen)
+  if ttl == 0 then return nil end
+  local now_gen = math.floor(server_ms() / ttl)
+  if now_gen ~= gen then return redis.error_reply('SEEN_GENERATION ' .. now_gen) end
+  return nil
+end
+
+-- enqueue_new(keys, g, a, n, out, ttl, gen): queue the n new requests whose ARGV start
+-- at a, seven each: {bucket index into KEYS (0 = no dedupe; with an expiry, the
+-- current generation's SET, the previous one's right after it), member, priority,
+-- index into KEYS of the lane's queue ZSET, lane, payload, queue order code
+-- (lib_settle.lua: L, F, S or T)}. Each is deduplicated (SADD to its seen bucket) and
+-- pushed as ONE decision, with a new rid (guard_rid). Appends 1 (queued) or 0
+-- (duplicate) per request to out; counts stats 'enqueued' and 'duplicates'. keys:
+-- {seq, lanes, todo, stats}; g: the guard (lib_guard.lua); ttl, gen: the seen set's
+-- expiry (ms, 0: none) and the generation checked by seen_gen_error. Returns the index
+-- of the next ARGV.
+local function enqueue_new(keys, g, a, n, out, ttl, gen)
+  local queued, dups = 0, 0
+  local expire_at = (gen + 2) * ttl
+  local function new_in_seen_set(bucket, member)
+    if bucket == 0 then return true end
+    if ttl == 0 then return redis.call('SADD', KEYS[bucket], member) == 1 end
+    if redis.call('SISMEMBER', KEYS[bucket + 1], member) == 1 then return false end
+    if redis.call('SADD', KEYS[bucket], member) == 0 then return false end
+    redis.call('PEXPIREAT', KEYS[bucket], expire_at)
+    return true
+  end
+  for _ = 1, n do
+    if new_in_seen_set(tonumber(ARGV[a]), ARGV[a + 1]) then
+      local rid = guard_rid(g)
+      queue_push(keys, lane_queue(tonumber(ARGV[a + 3])), ARGV[a + 4],
+        make_envelope(rid, 0, 0, ARGV[a + 2], ARGV[a + 4], ARGV[a + 5]), ARGV[a + 2], false,
+        rid, ARGV[a + 6])
+      out[#out + 1] = 1
+      queued = queued + 1
+    else
+      out[#out + 1] = 0
+      dups = dups + 1
+    end
+    a = a + 7
+  end
+  if queued > 0 then redis.call('HINCRBY', keys.stats, 'enqueued', queued) end
+  if dups > 0 then redis.call('HINCRBY', keys.stats, 'duplicates', dups) end
+  return a
+end
