@@ -56,6 +56,11 @@ class ClaimBook:
         return (len(self.handed) + len(self.ready) + len(self.local) + len(self.suspects)
                 + len(self.deferred))
 
+    def waiting(self) -> int:
+        """Requests claimed (or continuing a claim) not yet handed to the engine; the
+        suspects apart."""
+        return len(self.ready) + len(self.local) + len(self.deferred)
+
     def has_waiting(self) -> bool:
         """Requests to hand to the engine now or later."""
         return bool(self.ready or self.local or self.suspects or self.deferred)

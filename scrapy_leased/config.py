@@ -46,7 +46,7 @@ class LeasedConfigError(ValueError):
     """A ``LEASED_*`` setting has a bad value; the message names it."""
 
 
-def number_setting(settings: BaseSettings, name: str, default: float, *, minimum: float,
+def number_setting(settings: BaseSettings, name: str, default: float | None, *, minimum: float,
                    integer: bool = False, exclusive: bool = True) -> Any:
     """Setting ``name`` as a number (an int with ``integer``), above ``minimum`` (at least
     it, without ``exclusive``); ``default`` when unset; else LeasedConfigError."""
@@ -220,7 +220,7 @@ class LeasedConfig:
     seen_cache: int
     seen_ttl: float  # LEASED_SEEN_TTL: seconds after which a seen entry may expire (0: never)
     recover_batch: int
-    prefetch: int
+    prefetch: int | None  # None: the claim margin adapts (_claimsize.py)
     fail_http_codes: frozenset[int]
     retry_errors: bool
     fleet_stats: bool  # LEASED_FLEET_STATS: add this worker's Scrapy stats to the crawl's
@@ -282,7 +282,7 @@ class LeasedConfig:
             seen_ttl=_seen_ttl(settings),
             recover_batch=number_setting(settings, "LEASED_RECOVER_BATCH", RECOVER_BATCH,
                                   minimum=1, integer=True, exclusive=False),
-            prefetch=number_setting(settings, "LEASED_PREFETCH", 0, minimum=0, integer=True,
+            prefetch=number_setting(settings, "LEASED_PREFETCH", None, minimum=0, integer=True,
                              exclusive=False),
             fail_http_codes=fail_codes,
             retry_errors=bool_setting(settings, "LEASED_RETRY_ERRORS", False),

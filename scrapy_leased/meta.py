@@ -24,7 +24,8 @@ META_CLAIM = "_leased_claim"
 #: scheduler must wait before handing the request out again (no rate budget for it yet).
 META_NOT_BEFORE = "_leased_not_before"
 #: ``_leased_free_since`` (float, ``time.monotonic()``, set by LeasedScheduler): when the
-#: request was claimed, set when its lane had nothing to enforce then; read by
+#: claim call that claimed the request was sent, set when its lane had nothing to
+#: enforce then; read by
 #: LeasedRateMiddleware (LEASED_RATE_FREE_GRACE).
 META_FREE_SINCE = "_leased_free_since"
 #: ``leased_lane`` (str, set by the user): the request's lane, the key of its rate

@@ -46,6 +46,7 @@ from twisted.python.failure import Failure as TwistedFailure
 
 from . import signals as leased_signals
 from ._claimbook import Claim, ClaimBook
+from ._claimsize import ClaimSizer
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError
@@ -75,6 +76,8 @@ from .order import QueueOrder
 from .ratelimit.budgets import Budgets
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from scrapy.crawler import Crawler
     from twisted.internet.defer import Deferred
     from typing_extensions import Self
@@ -132,6 +135,7 @@ class LeasedScheduler(BaseScheduler):
             dupefilter.fleet_wide = True  # Redis decides; not a local filter
         self.stats = crawler.stats
         self.concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
+        self.sizer = ClaimSizer(self.concurrency, config.prefetch)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
         self.frontier: Frontier | None = None
         self.writer: CommitWriter | None = None
@@ -401,6 +405,8 @@ class LeasedScheduler(BaseScheduler):
                 self._want_claims()
             return None
         request, _, where = taken
+        if where == "redis":
+            self.sizer.handed_out()
         self.stats.inc_value(f"scheduler/dequeued/{where}")
         self.stats.inc_value("scheduler/dequeued")
         if self._kick is not None and len(self.book.ready) < self.concurrency // 2:
@@ -413,6 +419,15 @@ class LeasedScheduler(BaseScheduler):
     def closing(self) -> bool:
         """Whether ``close`` has begun (the Redis client is about to be closed)."""
         return self._closing
+
+    def run_beside(self, coro: Coroutine[Any, Any, None]) -> bool:
+        """Run ``coro`` as a task of this worker, cancelled when the scheduler closes
+        (before its Redis client is closed); False (and ``coro`` closed) once closing."""
+        if self._closing or self.frontier is None:
+            coro.close()
+            return False
+        self._tasks.append(asyncio.ensure_future(coro))
+        return True
 
     def is_handed(self, request: Request) -> bool:
         """Whether this request object is one this scheduler handed to the engine (a
@@ -654,7 +669,18 @@ class LeasedScheduler(BaseScheduler):
             return 0  # the engine is shutting down: claim nothing new
         if self.book.suspects or self.book.isolated is not None:
             return 0  # a suspect runs alone: claim nothing until it is settled
-        return self.concurrency + self.config.prefetch - self.book.busy()
+        slot = getattr(self._scraper, "slot", None)
+        if slot is not None and slot.needs_backout():
+            return 0  # the engine takes nothing while responses pile up in the scraper
+        unstarted = self.book.waiting()
+        return self.sizer.capacity(self._downloading(), unstarted,
+                                   len(self.book.handed) + unstarted + len(self.book.suspects))
+
+    def _downloading(self) -> int:
+        """Requests in Scrapy's downloader: what it counts against CONCURRENT_REQUESTS."""
+        downloader = getattr(self.crawler.engine, "downloader", None)
+        active = getattr(downloader, "active", None)
+        return len(active) if active is not None else len(self.book.handed)
 
     def _want_claims(self) -> None:
         if self._kick is not None and not self._starved and self._capacity() > 0:
@@ -682,9 +708,12 @@ class LeasedScheduler(BaseScheduler):
                 generation = self.writer.generation
                 try:
                     want = max(want, 0)
+                    sent = time.monotonic()
                     result = await self.frontier.claim(want, self.worker_id, self._candidates())
+                    self.sizer.claimed(time.monotonic() - sent)
                     if not result.claims and set(result.ready_lanes) - set(self._lanes):
                         self._lanes = result.ready_lanes  # ready lanes we did not ask for
+                        sent = time.monotonic()
                         result = await self.frontier.claim(want, self.worker_id,
                                                            self._candidates())
                 except (RedisError, OSError) as exc:
@@ -702,7 +731,7 @@ class LeasedScheduler(BaseScheduler):
                     await self._kick.wait(wait)
                     continue
                 self._lanes = result.ready_lanes
-                self._absorb(result)
+                self._absorb(result, sent)
                 self._starved = not result.claims
                 if result.feed and await self._drain_feed():
                     self._starved = False
@@ -743,9 +772,14 @@ class LeasedScheduler(BaseScheduler):
         self._warn.clear("feed")
         return taken > 0
 
-    def _absorb(self, result: ClaimResult) -> None:
+    def _absorb(self, result: ClaimResult, sent: float) -> None:
+        """Take the claims of ``result``, from a claim call sent at ``sent``
+        (time.monotonic()). Their ``META_FREE_SINCE`` is ``sent``, not the reply's
+        arrival: a penalty this worker hears of after ``sent`` may have been set before
+        the claim ran in Redis, so those requests are checked at download time
+        (ratelimit/watch.py)."""
         assert self.spider is not None and self.writer is not None
-        claimed_at = time.monotonic()
+        claimed_at = sent
         for token, env in result.claims:
             claim = Claim(token, env.rid, env.lane)
             try:
@@ -819,7 +853,7 @@ class LeasedScheduler(BaseScheduler):
                            "started": self._started, "inflight": len(self.book.claims),
                            "acked": self.stats.get_value("leased/acked", 0),
                            "control": self._control,
-                           "capacity": self.concurrency + self.config.prefetch})
+                           "capacity": self.concurrency + self.sizer.margin})
 
 
 

@@ -130,11 +130,14 @@ def assert_clean_log(worker) -> None:
 def hold_all_claims(start_worker, server, crawl_id, site, state, name: str, n: int,
                     extra: dict | None = None):
     """Start one worker alone whose item pipeline holds every item (60 s unless ``extra``
-    sets RECORD_DELAY), and wait until
-    it holds exactly ``n`` (= CONCURRENT_REQUESTS) claims, all downloaded and stuck.
+    sets RECORD_DELAY), and wait until it holds exactly ``n`` claims, all downloaded and
+    stuck: with no claim margin (LEASED_PREFETCH = 0) a worker holds at most
+    2 x CONCURRENT_REQUESTS claims, so CONCURRENT_REQUESTS = n / 2.
     Returns (worker, {token: envelope}) with the claims read in one MULTI while it was
     the only registered worker (so every lease is its own)."""
-    settings = {**BASE, "CONCURRENT_REQUESTS": n, "RECORD_DELAY": 60, **(extra or {})}
+    assert n % 2 == 0
+    settings = {**BASE, "CONCURRENT_REQUESTS": n // 2, "LEASED_PREFETCH": 0, "RECORD_DELAY": 60,
+                **(extra or {})}
     w = start_worker(server.url, crawl_id, site.url + "/p/0", settings=settings, name=name)
 
     def held():

@@ -27,7 +27,9 @@ from scrapy_leased.connection import make_client
 from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import NO_BUDGET, Budget, Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.meta import META_FREE_SINCE, META_NOT_BEFORE
 from scrapy_leased.ratelimit import LeasedRateMiddleware
+from scrapy_leased.scheduler import LeasedScheduler
 from tests.support.redis_server import RedisServer
 from tests.support.workers import wait_for
 
@@ -296,3 +298,75 @@ def test_a_worker_penalizing_30000_lanes_keeps_its_memory_flat(crawl_id):
     assert crawler.stats.get_value("leased/budget_penalties") == n
     assert len(mw._penalized) < 20_000
     assert growth < 1_000_000  # a dict entry per lane would be ~2.5 MB
+
+
+# -- a block set after a claim reaches the claim's download ------------------------------
+
+class _Worker(LeasedScheduler):
+    """Just what LeasedRateMiddleware uses of a worker's scheduler: its frontier, its
+    tasks, and which requests are its claims (every request here)."""
+
+    def __init__(self, f: Frontier) -> None:  # no BaseScheduler set-up: a stand-in
+        self.frontier = f
+        self._closing = False
+        self._tasks = []
+
+    def is_handed(self, request: Request) -> bool:
+        return True
+
+
+def test_a_block_set_by_another_worker_holds_back_a_free_claim_made_before_it(
+        redis_server, crawl_id):
+    """Before: a request claimed from a lane with nothing to enforce started without a
+    download-time check within LEASED_RATE_FREE_GRACE of its claim unless this worker had
+    penalized the lane itself; a 429 another worker got meanwhile (its block in Redis)
+    did not stop it. With claims made ahead of the downloader, such a request could reach
+    the host during the block. Now penalize.lua publishes the lane and every worker
+    listens: worker B's claim made before worker A's 429 is checked at download time and
+    held back for the block; one of another lane still skips the check."""
+
+    def worker(f: Frontier):
+        crawler = get_crawler(settings_dict={"LEASED_RATE_FREE_GRACE": 5})
+        mw = LeasedRateMiddleware.from_crawler(crawler)
+        scheduler = _Worker(f)
+        crawler.engine = type("Engine", (), {"scheduler": scheduler})()
+        return crawler, mw, scheduler
+
+    async def until(pred, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+            await asyncio.sleep(0.01)
+
+    def free_request(path: str, lane: str, claimed: float) -> Request:
+        return Request(f"http://{lane}.example{path}",
+                       meta={META_FREE_SINCE: claimed, "leased_lane": lane})
+
+    async def main():
+        fa, fb = frontier(redis_server.url, crawl_id), frontier(redis_server.url, crawl_id)
+        (_, mw_a, sa), (crawler_b, mw_b, sb) = worker(fa), worker(fb)
+        try:
+            # B's first free request starts its watch (not listening yet: checked)
+            assert await mw_b.process_request(free_request("/0", "h", time.monotonic())) is None
+            assert crawler_b.stats.get_value("leased/budget_free") is None
+            await until(lambda: mw_b._watch.listening_since is not None, 10, "subscription")
+            claimed = time.monotonic()  # B claims two requests, lanes h and other
+            blocked = free_request("/1", "h", claimed)
+            other = free_request("/1", "other", claimed)
+            got_429 = Request("http://h.example/2", meta={"leased_lane": "h"})
+            await mw_a.process_response(got_429, Response(got_429.url, status=429, request=got_429,
+                                                          headers={"Retry-After": "5"}))
+            await until(lambda: "h" in mw_b._penalized, 5, "penalty heard by B")
+            assert await mw_b.process_request(other) is None  # not checked: started
+            assert crawler_b.stats.get_value("leased/budget_free") == 1
+            assert await mw_b.process_request(blocked) is blocked  # held back
+            assert 4 < blocked.meta[META_NOT_BEFORE] <= 5
+        finally:
+            for s in (sa, sb):
+                for task in s._tasks:
+                    task.cancel()
+                await asyncio.gather(*s._tasks, return_exceptions=True)
+            await fa.client.aclose()
+            await fb.client.aclose()
+
+    asyncio.run(main())

@@ -65,6 +65,12 @@ class CrawlKeys:
         """HASH: a lane's shared rate-budget state (lua/lib_rate.lua)."""
         return self._key(f"rate:{lane}")
 
+    penalties = KeyName(
+        """Pub/sub channel, not a key: lua/penalize.lua publishes there the lane it
+        penalized (a 429/503 block, a slowdown, a Crawl-delay); every worker listens
+        (ratelimit/watch.py) so that its requests of that lane claimed before are checked
+        at download time.""")
+
     lanes = KeyName(
         """ZSET: lane -> time (ms of Redis TIME) from which it may be served; every lane
         with queued requests is here.""")

@@ -501,12 +501,14 @@ class Frontier:
     async def penalize(self, lane: str, block_ms: int = 0, slow_down: bool = False,
                        crawl_delay_ms: int = -1) -> int:
         """The lane's host asked to slow down: block it for ``block_ms`` for the whole
-        fleet, double its slowdown factor, and/or record its Crawl-delay. Returns the
+        fleet, double its slowdown factor, and/or record its Crawl-delay; the lane is
+        published on the crawl's penalty channel (``CrawlKeys.penalties``). Returns the
         time (ms of Redis TIME) until which the lane is blocked."""
         k = self.keys
         _now, blocked = await self._s["penalize"](
             keys=[k.rate(lane), k.lanes],
-            args=[lane, block_ms, int(slow_down), crawl_delay_ms, self.half_life_ms])
+            args=[lane, block_ms, int(slow_down), crawl_delay_ms, self.half_life_ms,
+                  k.penalties])
         return int(blocked)
 
     async def counts(self, worker_ttl_ms: int = 30_000) -> dict[str, int]:

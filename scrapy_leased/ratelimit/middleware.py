@@ -12,9 +12,13 @@ interval.
 A lane with nothing to enforce (no budget in this worker's settings, and no Crawl-delay
 or block in Redis when its request was claimed: claim.lua reports it) needs no check at
 download time: its claimed requests start at once if they start within
-``LEASED_RATE_FREE_GRACE`` of their claim, and unless this worker has penalized the
-lane since. A block set by another worker stops the lane's claims at once, and reaches
-requests this worker already holds after at most that grace.
+``LEASED_RATE_FREE_GRACE`` of their claim, and unless a penalty of the lane may have
+come since the claim was sent: one by this worker, or one any worker set, which
+penalize.lua publishes and this worker hears on the crawl's penalty channel (watch.py).
+Whenever the worker was not listening from before the claim, the request is checked. So
+a block set by another worker stops the lane's claims at once, and the requests this
+worker already holds too (within the delivery of one pub/sub message), also those
+claimed ahead of the downloader.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from ..config import LeasedConfig
 from ..meta import META_FREE_SINCE, META_NOT_BEFORE
 from ..scheduler import leased_scheduler
 from .budgets import Budgets
+from .watch import PenaltyWatch
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -68,17 +73,23 @@ class LeasedRateMiddleware:
         self.crawler = crawler
         self.budgets = budgets
         self.stats = crawler.stats
-        # lane -> time.monotonic() of our last penalty, oldest first; only those of the
-        # last LEASED_RATE_FREE_GRACE matter (see process_request), older ones are dropped
+        # lane -> time.monotonic() of the last penalty of the lane, ours or one heard on
+        # the penalty channel, oldest first; only those of the last
+        # LEASED_RATE_FREE_GRACE matter (see process_request), older ones are dropped
         self._penalized: OrderedDict[str, float] = OrderedDict()
+        # the fleet's penalties (started with the first request of a lane without a
+        # budget; its task belongs to the scheduler); None: not started
+        self._watch: PenaltyWatch | None = None
+        self._watch_frontier: Any = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler, LeasedConfig.from_settings(crawler.settings).budgets)
 
     def _note_penalty(self, lane: str) -> None:
-        """Remember that this worker penalized the lane now (its claims with nothing to
-        enforce are checked again); forget penalties older than the grace."""
+        """Remember that the lane was penalized now, by this worker or (heard on the
+        penalty channel) any worker: its claims with nothing to enforce sent before are
+        checked again; forget penalties older than the grace."""
         now = time.monotonic()
         self._penalized[lane] = now
         self._penalized.move_to_end(lane)
@@ -88,6 +99,17 @@ class LeasedRateMiddleware:
             if at >= horizon:
                 break
             del self._penalized[oldest]
+
+    def _watching(self, scheduler: Any) -> PenaltyWatch | None:
+        """The watch of the fleet's penalties on the scheduler's Redis, started on first
+        use (again for a new frontier: one crawler, one scheduler, but be safe)."""
+        frontier = scheduler.frontier
+        if self._watch is None or self._watch_frontier is not frontier:
+            watch = PenaltyWatch(frontier.client, frontier.keys.penalties, self._note_penalty)
+            if not scheduler.run_beside(watch.run()):
+                return None
+            self._watch, self._watch_frontier = watch, frontier
+        return self._watch
 
     def _frontier(self) -> Any:
         """The leased scheduler's frontier; None when the project replaced the
@@ -103,10 +125,12 @@ class LeasedRateMiddleware:
         budget = self.budgets.for_lane(lane)
         free_since = request.meta.pop(META_FREE_SINCE, None)
         if free_since is not None and not budget.interval_ms \
-                and time.monotonic() - free_since < self.budgets.free_grace_ms / 1000 \
-                and free_since > self._penalized.get(lane, float("-inf")):
-            self.stats.inc_value("leased/budget_free")
-            return None
+                and time.monotonic() - free_since < self.budgets.free_grace_ms / 1000:
+            watch = self._watching(scheduler)
+            if watch is not None and watch.heard_all_since(free_since) \
+                    and free_since > self._penalized.get(lane, float("-inf")):
+                self.stats.inc_value("leased/budget_free")
+                return None
         frontier = scheduler.frontier
         while True:
             try:

@@ -8,6 +8,9 @@
 --         half-life), 0 to leave it
 -- ARGV[4] Crawl-delay in ms to record (-1 = leave as is)
 -- ARGV[5] slowdown half-life ms
+-- ARGV[6] the crawl's penalty channel (CrawlKeys.penalties): the lane is PUBLISHed there,
+--         so every worker checks its requests of the lane claimed before this at
+--         download time (LeasedRateMiddleware, ratelimit/watch.py)
 -- Returns {now_ms, blocked_until_ms}.
 local now = server_ms()
 local tat, blk, pf, pt = rate_state(KEYS[1])
@@ -23,4 +26,5 @@ if ARGV[3] == '1' then
 end
 if tonumber(ARGV[4]) >= 0 then redis.call('HSET', KEYS[1], 'cd', ARGV[4]) end
 redis.call('PEXPIRE', KEYS[1], math.max(0, blk - now) + 3600000)
+if ARGV[6] and ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[1]) end
 return {now, blk}

@@ -1,0 +1,81 @@
+"""How many requests a worker claims: as many as Scrapy's downloader will start soon.
+
+Scrapy counts a request against ``CONCURRENT_REQUESTS`` while it is in the downloader
+(``Downloader.active``: from ``fetch`` until the download ends); the engine asks the
+scheduler for more whenever the downloader has room. A worker therefore claims up to
+
+    CONCURRENT_REQUESTS + margin - (requests in the downloader) - (claims not yet started)
+
+A claim whose download is over no longer counts (its lease is still held and renewed
+until its callback, items and children are done), so a latency-bound crawl keeps as
+many downloads in flight as plain Scrapy. The responses being processed are bounded by
+Scrapy (the engine stops pulling requests while the scraper holds more than
+``SCRAPER_SLOT_MAX_ACTIVE_SIZE``) and, here, by ``held_bound``: at most
+``2 * CONCURRENT_REQUESTS + margin`` claims held in all.
+
+The margin is what keeps the downloader fed while a claim is on its way: the requests
+the engine takes during one claim round trip, ``x = claim latency / hand-out interval``
+(both measured by the worker, as moving averages), rounded up and at most
+``max(2, CONCURRENT_REQUESTS // 4)``. Where claiming on demand costs less than 1 % of the
+downloads' time (``x < CONCURRENT_REQUESTS / 100``: slow pages, or nothing measured yet)
+the margin is 0, so a worker never holds a claim it cannot start soon (a lease nobody
+else can take). ``LEASED_PREFETCH``, when set, replaces it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+#: Weight of a new observation in the moving averages.
+ALPHA = 0.1
+
+
+class ClaimSizer:
+    """The margin of claims beyond what the downloader runs, from what the worker
+    measures. ``fixed`` (``LEASED_PREFETCH``) replaces the measured margin."""
+
+    def __init__(self, concurrency: int, fixed: int | None = None) -> None:
+        self.concurrency = concurrency
+        self.fixed = fixed
+        self.upper = max(2, concurrency // 4)
+        self._claim_s: float | None = None  # claim round trip, seconds
+        self._handout_s: float | None = None  # time between two hand-outs, seconds
+        self._last_handout: float | None = None
+
+    def claimed(self, seconds: float) -> None:
+        """A claim round trip that took ``seconds``."""
+        self._claim_s = seconds if self._claim_s is None else (
+            self._claim_s + ALPHA * (seconds - self._claim_s))
+
+    def handed_out(self, now: float | None = None) -> None:
+        """The engine took a claimed request."""
+        now = time.monotonic() if now is None else now
+        if self._last_handout is not None:
+            gap = now - self._last_handout
+            self._handout_s = gap if self._handout_s is None else (
+                self._handout_s + ALPHA * (gap - self._handout_s))
+        self._last_handout = now
+
+    @property
+    def margin(self) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        if self._claim_s is None or not self._handout_s:
+            return 0
+        x = self._claim_s / self._handout_s  # hand-outs during one claim round trip
+        if x * 100 < self.concurrency:  # a slot idles x / C of each page's time: < 1 %
+            return 0
+        return max(1, min(self.upper, math.ceil(x)))
+
+    def capacity(self, downloading: int, unstarted: int, held: int) -> int:
+        """Requests to claim now: ``downloading`` in Scrapy's downloader, ``unstarted``
+        claimed and not yet handed to the engine, ``held`` all claims of the worker
+        that are not finished (handed ones included)."""
+        margin = self.margin
+        fill = self.concurrency + margin - downloading - unstarted
+        return min(fill, self.held_bound(margin) - held)
+
+    def held_bound(self, margin: int | None = None) -> int:
+        """The most claims a worker holds at once."""
+        return 2 * self.concurrency + (self.margin if margin is None else margin)

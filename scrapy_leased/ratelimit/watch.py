@@ -1,0 +1,88 @@
+"""The fleet's penalties as they happen: lua/penalize.lua publishes the lane it penalized
+(a 429/503 block, a slowdown, a Crawl-delay) on the crawl's channel
+(``CrawlKeys.penalties``), and every worker listens on one pub/sub connection.
+
+A request claimed from a lane with nothing to enforce may start without a download-time
+check (``LEASED_RATE_FREE_GRACE``) only if this worker was listening from before the
+claim was sent and heard no penalty of the lane since: a block set by another worker
+after the claim then reaches it before its download (within the delivery of one
+message), not only when the grace runs out. While the subscription is down (Redis
+unreachable, a failover, a reconnection), ``listening_since`` is None or later than the
+claims held, so those are checked at download time. One gap is left: messages published
+between the loss of the connection and the moment it is noticed (an error here, or
+redis-py reconnecting and subscribing again, which resets ``listening_since``) are
+lost, and claims sent before that moment still start unchecked within the grace, as
+every free claim did before this watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..frontier.scripts import as_str
+
+logger = logging.getLogger(__name__)
+
+RETRY_CAP_SECONDS = 5.0
+
+
+class PenaltyWatch:
+    """Listens on ``channel`` with ``client``; calls ``on_penalty(lane)`` for each lane
+    penalized by any worker."""
+
+    def __init__(self, client: Any, channel: str, on_penalty: Callable[[str], None]) -> None:
+        self.client = client
+        self.channel = channel
+        self.on_penalty = on_penalty
+        #: time.monotonic() from which every penalty published reaches this worker; None
+        #: while not subscribed
+        self.listening_since: float | None = None
+
+    def heard_all_since(self, since: float) -> bool:
+        """Whether every penalty published after ``since`` (time.monotonic()) has been
+        (or is about to be) delivered to this worker."""
+        return self.listening_since is not None and self.listening_since <= since
+
+    async def run(self) -> None:
+        delay = 0.1
+        while True:
+            pubsub = None
+            try:
+                # a Cluster client learns its slots on its first command; its pub/sub
+                # needs them (a plain client: no-op)
+                await self.client.initialize()
+                pubsub = self.client.pubsub()
+                await pubsub.subscribe(self.channel)
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
+                    kind = as_str(message.get("type"))
+                    if kind == "subscribe":
+                        # (again after redis-py reconnected by itself: what was published
+                        # meanwhile is lost, so only claims sent from now on are covered)
+                        self.listening_since = time.monotonic()
+                        delay = 0.1
+                    elif kind == "message":
+                        self.on_penalty(as_str(message.get("data")))
+                    else:
+                        self.listening_since = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis down, failover, cluster topology...
+                self.listening_since = None
+                logger.debug("Penalty channel %(channel)s unavailable (%(exc)s): requests "
+                             "of lanes without a budget are checked at download time",
+                             {"channel": self.channel, "exc": exc})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_CAP_SECONDS)
+            finally:
+                self.listening_since = None
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()

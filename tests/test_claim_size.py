@@ -1,0 +1,73 @@
+"""How many requests a worker claims (scrapy_leased/_claimsize.py): what Scrapy's
+downloader counts, plus a margin that adapts, never more than the bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scrapy_leased._claimsize import ClaimSizer
+from tests.test_crawl import assert_exit
+
+
+def test_the_margin_follows_claim_latency_over_hand_out_interval_within_bounds():
+    s = ClaimSizer(16)
+    assert s.margin == 0  # nothing measured yet: claim on demand
+    for i in range(50):
+        s.handed_out(i * 0.001)  # the engine takes a request every 1 ms
+        s.claimed(0.0025)  # a claim takes 2.5 ms: 2.5 hand-outs meanwhile
+    assert s.margin == 3
+    s = ClaimSizer(16)
+    for i in range(50):
+        s.handed_out(i * 0.00625)  # 100 ms pages, 16 at a time
+        s.claimed(0.002)
+    assert s.margin == 1  # a slot would idle 2 % of the time without it
+    s = ClaimSizer(16)
+    for i in range(50):
+        s.handed_out(i * 0.1)  # 1.6 s pages
+        s.claimed(0.002)
+    assert s.margin == 0  # 0.1 %: not worth a lease held unstarted
+    s = ClaimSizer(64)
+    for i in range(50):
+        s.handed_out(i * 0.0001)
+        s.claimed(0.01)
+    assert s.margin == 16  # 64 // 4
+    assert ClaimSizer(1).upper == 2
+
+
+def test_a_set_prefetch_replaces_the_margin():
+    s = ClaimSizer(16, fixed=0)
+    for i in range(50):
+        s.handed_out(i * 0.001)
+        s.claimed(0.01)
+    assert s.margin == 0
+    assert ClaimSizer(4, fixed=20).capacity(downloading=0, unstarted=0, held=0) == 24
+
+
+def test_capacity_counts_downloads_and_unstarted_claims_not_responses_being_processed():
+    s = ClaimSizer(16, fixed=2)
+    # 16 downloading: 2 more may wait unstarted
+    assert s.capacity(downloading=16, unstarted=0, held=16) == 2
+    # 10 downloads over, their callbacks running: 10 more may be claimed
+    assert s.capacity(downloading=6, unstarted=2, held=18) == 10
+    # never more than 2 * 16 + 2 held in all
+    assert s.capacity(downloading=0, unstarted=0, held=30) == 4
+    assert s.held_bound() == 34
+
+
+def test_downloads_go_on_while_a_callback_runs(redis_server, make_site, start_worker, crawl_id,
+                                               tmp_path: Path):
+    """CONCURRENT_REQUESTS = 1, two start pages, each callback waits until the site has
+    served both: as under Scrapy's scheduler, the second page is downloaded while the
+    first one's callback runs (its download is over, so it no longer counts against
+    CONCURRENT_REQUESTS); counting it until its callback ended would never get there."""
+    log = tmp_path / "site.jsonl"
+    site = make_site(pages=2, log_path=log)
+    w = start_worker(redis_server.url, crawl_id, f"{site.url}/p/0,{site.url}/p/1",
+                     settings={"CONCURRENT_REQUESTS": 1},
+                     args={"hold_log": str(log), "hold_count": 2})
+    assert_exit(w, "finished")
+    items = w.items()
+    # /p/1 twice, as under Scrapy: as a start request (dont_filter, so not in the seen
+    # set) and as /p/0's link
+    assert sorted({it["url"].rsplit("/", 1)[1] for it in items}) == ["0", "1"], items
+    assert all(it["held_until"] for it in items), items
