@@ -14,8 +14,13 @@ from collections import defaultdict
 
 import pytest
 
+from scrapy_leased.frontier.keys import CrawlKeys
+
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 WAIT = 180
+# beyond LEASED_RATE_FREE_GRACE (0.5 s): a request already under way at the block
+# reaches the host within this on a loaded machine
+STRAGGLER_SLACK_S = 1.5
 
 
 def times_by_host(entries, host_key: str = "server_host") -> dict[str, list[float]]:
@@ -161,8 +166,15 @@ def test_a_hot_host_does_not_hold_up_the_others(
 ], ids=["budget", "no-budget", "no-budget-strict"])
 def test_429_with_retry_after_blocks_the_host_for_the_whole_fleet(
         redis_server, crawl_id, make_site, start_worker, budget):
-    """A host answering 429 with Retry-After: 5 gets no request from any worker for 5 s
-    (measured from the 429 the site sent), then is crawled again."""
+    """A host answering 429 with Retry-After: 5 gets no new request from any worker for
+    5 s from the moment the block is in Redis, then is crawled again.
+
+    Requests a worker had already started, or claimed from a lane with nothing to
+    enforce and starts unchecked before it hears the penalty (LEASED_RATE_FREE_GRACE,
+    ratelimit/watch.py), may still reach the host just after the block: at most what
+    the two workers held then (CONCURRENT_REQUESTS + the claim margin each), and none
+    later than the grace after the block (the slack beyond it is for a loaded machine:
+    the site's own handling, the delivery of one pub/sub message)."""
     site = make_site(pages=100)
     settings = {"CONCURRENT_REQUESTS": 4, **budget}
     starts = [f"{site.url}/p/0", f"{site.url}/p/1", f"{site.url}/busy/a?after=5"]
@@ -174,12 +186,20 @@ def test_429_with_retry_after_blocks_the_host_for_the_whole_fleet(
     entries = sorted(site.entries(), key=lambda e: e["t"])
     t429 = [e["t"] for e in entries if e["status"] == 429]
     assert len(t429) == 1
-    during = [e for e in entries if t429[0] + 0.1 < e["t"] < t429[0] + 5.0]
-    after = [e for e in entries if e["t"] >= t429[0] + 5.0]
+    # the block as penalize.lua recorded it (Redis TIME, the machine's clock): until
+    # blk, set 5 s (Retry-After) before that
+    blk = int(redis_server.client().hget(CrawlKeys(crawl_id).rate("127.0.0.1"), "blk")) / 1000
+    blocked_at = blk - 5.0
+    assert t429[0] <= blocked_at
+    straggling = [e for e in entries if blocked_at < e["t"] < blk]
+    late = [e for e in straggling if e["t"] > blocked_at + 0.5 + STRAGGLER_SLACK_S]
+    after = [e for e in entries if e["t"] >= blk]
     gap = min(e["t"] for e in after) - t429[0]
-    print(f"429 at t0; next request to the host at t0 + {gap:.2f} s; "
-          f"{len(after)} requests after the block")
-    assert during == [], during[:5]
+    print(f"429 at t0; block in Redis at t0 + {blocked_at - t429[0]:.3f} s; "
+          f"{len(straggling)} requests already under way reached the host after it; next "
+          f"request at t0 + {gap:.2f} s; {len(after)} requests after the block")
+    assert late == [], late[:5]
+    assert len(straggling) <= 2 * (4 + 2), straggling  # (C + margin) per worker
     assert any(e["path"] == "/busy/a?after=5" and e["status"] == 200 for e in after)
     unchecked = sum(w.stats().get("leased/budget_free", 0) for w in workers)
     if budget:
