@@ -326,8 +326,8 @@ def section_memory(n: int, raw: dict) -> dict:
          f"{res['sr_member_bytes']} bytes (pickle of `Request.to_dict`). The queue is measured "
          f"without any seen entry. See `benchmarks/bench_memory.py`.")
     emit()
-    emit("The same requests with `priority=1` (any priority other than 0 is kept in the "
-         f"lane's ZSET, `{res['leased_prio_encoding']}`, member "
+    emit("The same requests with `priority=1` (each priority other than 0 is kept in a "
+         f"LIST of the lane's tier, `{res['leased_prio_encoding']}`, member "
          f"{res['leased_prio_member_bytes']} bytes, e.g. `{res['leased_prio_member_example']}`): "
          + ", ".join(f"{res['leased_queue_prio'][cp]:.1f} B at {cp:,}"
                      for cp in res["checkpoints"]) + " per queued request.")

@@ -148,7 +148,7 @@ def main() -> int:
             assert new == len(chunk), f"{len(chunk) - new} fingerprints collided"
             done = cp
             # not part of the seen set
-            r.delete(keys.queue, keys.lane_fifo(""), keys.seq, keys.stats)
+            r.delete(keys.queue, keys.lane_fifo(""), keys.stats)
             leased[cp] = (used_memory(r) - base) / cp
         leased_s = time.perf_counter() - t0
         enc, largest, usage = bucket_report(r, keys, bits)

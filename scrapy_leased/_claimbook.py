@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 
 
 class Claim:
-    __slots__ = ("token", "rid", "lane", "outstanding", "failure", "permanent", "lost",
-                 "current", "revisit")
+    __slots__ = ("token", "rid", "lane", "priority", "outstanding", "failure", "permanent",
+                 "lost", "current", "revisit")
 
-    def __init__(self, token: int, rid: int, lane: str) -> None:
+    def __init__(self, token: int, rid: int, lane: str, priority: int = 0) -> None:
         self.token = token
         self.rid = rid
         self.lane = lane
+        self.priority = priority  # the claimed request's (its tier, if it is requeued)
         self.revisit: Revisit | None = None  # queued again this long after its ack
         self.outstanding = 1  # request objects of this claim not yet finished by Scrapy
         self.failure: str | None = None

@@ -203,7 +203,10 @@ class LeasedScheduler(BaseScheduler):
                                  limits=self.config.limits)
         self.frontier.on_epoch = self._on_epoch
         self.frontier.on_control = self._on_control
-        await self.frontier.check_layout(self.config.seen_bucket_bits, self.config.seen_ttl_ms)
+        # the queues' layout once flushed, when flushing (a fresh run may start a crawl
+        # whose queues an earlier version laid out)
+        await self.frontier.check_layout(self.config.seen_bucket_bits, self.config.seen_ttl_ms,
+                                         queues=not self.config.flush_on_start)
         self.frontier.on_seen_gen = self._on_seen_gen
         await self.frontier.record_half_life()
         self.writer = CommitWriter(self.frontier, self._on_commit)
@@ -219,6 +222,8 @@ class LeasedScheduler(BaseScheduler):
         if self.config.flush_on_start:
             # first: a fresh run also ends a stop a LEASED_CLOSE_* limit set (run_flush.lua)
             await self._flush_on_start()
+            await self.frontier.check_layout(self.config.seen_bucket_bits,
+                                             self.config.seen_ttl_ms)
         state = await client.hget(keys.control, "state")
         if state is not None and state in (STOPPING, STOPPING.encode()):
             # the fleet is stopping: this worker neither seeds nor claims; it closes with
@@ -606,7 +611,7 @@ class LeasedScheduler(BaseScheduler):
             self.writer.add_ack(claim.token, claim.rid, claim.revisit)
         else:
             self.writer.add_fail(Failure(claim.token, claim.failure, claim.permanent, claim.lane,
-                                         claim.rid))
+                                         claim.rid, claim.priority))
         if self._kick is not None:
             self._kick.set()
 
@@ -732,7 +737,9 @@ class LeasedScheduler(BaseScheduler):
                     continue
                 self._lanes = result.ready_lanes
                 self._absorb(result, sent)
-                self._starved = not result.claims
+                # stale: lanes with requests were left for a tier this worker had not
+                # learnt (lua/claim.lua); the reply named it: claim again at once
+                self._starved = not result.claims and not result.stale
                 if result.feed and await self._drain_feed():
                     self._starved = False
                     self._wake_engine()
@@ -740,9 +747,12 @@ class LeasedScheduler(BaseScheduler):
                     continue  # claim what was just queued
                 if result.claims:
                     self._wake_engine()
-                    if len(result.claims) == want:
+                    if len(result.claims) == want or result.stale:
                         self._round_finished()
                         continue
+                elif result.stale:
+                    self._round_finished()
+                    continue
                 elif result.next_ms < 0 and result.leases == 0 and not result.feed \
                         and not self.writer.pending \
                         and generation == self.writer.generation \
@@ -781,7 +791,7 @@ class LeasedScheduler(BaseScheduler):
         assert self.spider is not None and self.writer is not None
         claimed_at = sent
         for token, env in result.claims:
-            claim = Claim(token, env.rid, env.lane)
+            claim = Claim(token, env.rid, env.lane, env.priority)
             try:
                 request = self.codec.decode(env.payload, self.spider, env.priority)
                 after_ms = revisit_ms(request, self.config.revisit_after_ms)
@@ -793,7 +803,7 @@ class LeasedScheduler(BaseScheduler):
                              {"rid": env.rid, "error": exc})
                 self.book.settling.add(token)
                 self.writer.add_fail(Failure(token, str(exc), permanent=True, lane=env.lane,
-                                             rid=env.rid))
+                                             rid=env.rid, priority=env.priority))
                 continue
             request.meta[META_CLAIM] = token
             if env.lane in result.free_lanes:

@@ -506,9 +506,10 @@ def test_garbage_in_the_queue_is_dead_lettered_with_a_reason(redis_server, make_
     r = redis_server.client()
     k = CrawlKeys(crawl_id)
     # not an envelope at all, and well-formed envelopes whose payload is not JSON (one of
-    # priority 0 in the lane's LIST, one of priority 1 in its ZSET)
+    # priority 0 in the lane's LIST, one of priority 1 in its tier's LIST)
     r.rpush(k.lane_fifo(LANE), "garbage", f"999|0|0|0|{LANE}|{{not json")
-    r.zadd(k.lane_queue(LANE), {"000000000001" + f"998|0|0|1|{LANE}|{{not json": -1})
+    r.rpush(k.lane_tier(LANE, "p1"), f"998|0|0|1|{LANE}|{{not json")
+    r.zadd(k.lane_queue(LANE), {"p1": -1})
     r.zadd(k.lanes, {LANE: 0})
     w = start_worker(redis_server.url, crawl_id, site.url + "/p/0", settings=FAST)
     assert_exit(w, "finished")

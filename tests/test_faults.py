@@ -29,7 +29,7 @@ from scrapy.utils.request import RequestFingerprinter
 from scrapy_leased.frontier import Envelope
 from scrapy_leased.frontier.fingerprints import split_fingerprint
 from scrapy_leased.frontier.keys import CrawlKeys
-from tests.support.queue import in_claim_order, queue_len, queued_envelopes
+from tests.support.queue import CRAWL_TIERS, pipe_queue, queue_len, queue_of, queued_envelopes
 from tests.support.site import page_links
 
 LANE = "127.0.0.1"  # the lane (host) of every request to the test site
@@ -190,10 +190,10 @@ def test_kill9_worker_leases_recovered_and_every_page_done_once(
     def back() -> bool:
         p = st.r.pipeline(transaction=True)
         p.zrange(st.k.leases, 0, -1).hvals(st.k.inflight)
-        p.zrange(st.k.lane_queue(LANE), 0, -1, withscores=True).lrange(st.k.lane_fifo(LANE), 0, -1)
+        pipe_queue(p, st.k, LANE)
         p.hget(st.k.stats, "recovered")
-        leased, infl, zset, fifo, recovered = p.execute()
-        queue = in_claim_order(zset, fifo)
+        leased, infl, *queue_replies, recovered = p.execute()
+        queue = queue_of(queue_replies)
         if set(map(int, leased)) & set(held):
             return False
         again = {Envelope.parse(v).rid for v in infl} | {Envelope.parse(m).rid for m in queue}
@@ -412,13 +412,15 @@ class ChildrenMonitor(threading.Thread):
 
     def check(self) -> None:
         p = self.r.pipeline(transaction=True)
-        p.get(self.k.done).zrange(self.k.lane_queue(LANE), 0, -1, withscores=True)
-        p.lrange(self.k.lane_fifo(LANE), 0, -1).hvals(self.k.inflight)
+        p.get(self.k.done).hvals(self.k.inflight)
+        pipe_queue(p, self.k, LANE)
         for key, member in self.seen_keys:
             p.sismember(key, member)
-        done, zset, fifo, inflight, *seen = p.execute()
+        done, inflight, *rest = p.execute()
+        n = 2 + len(CRAWL_TIERS)
+        queue, seen = queue_of(rest[:n]), rest[n:]
         self.snapshots += 1
-        for m in in_claim_order(zset, fifo):
+        for m in queue:
             self._learn(m)
         for v in inflight:
             self._learn(v)

@@ -35,7 +35,14 @@ from scrapy_leased.frontier import NO_BUDGET, Budget, Envelope, Failure, Frontie
 from scrapy_leased.frontier.fingerprints import split_fingerprint
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import script_source
-from tests.support.queue import queue_len, queued, queued_envelopes
+from tests.support.queue import (
+    queue_keys,
+    queue_len,
+    queued,
+    queued_envelopes,
+    tier_lists,
+    tiers,
+)
 from tests.support.redis_server import RedisServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -100,13 +107,12 @@ def snapshot(r: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
     """Everything a fail/ack could change, for 'nothing changed' checks."""
     return {
         "queue": r.zrange(keys.queue, 0, -1, withscores=True),
-        "fifo": r.lrange(keys.lane_fifo(""), 0, -1),
+        "tiers": tier_lists(r, keys),
         "leases": r.zrange(keys.leases, 0, -1, withscores=True),
         "inflight": r.hgetall(keys.inflight),
         "owners": r.hgetall(keys.owners),
         "dead": r.hgetall(keys.dead),
         "stats": r.hgetall(keys.stats),
-        "seq": r.get(keys.seq),
         "done": r.get(keys.done),
     }
 
@@ -926,45 +932,75 @@ def test_owners_hash_is_empty_once_every_claim_ended(redis_server, crawl_id):
     run(redis_server, crawl_id, body)
 
 
-def test_plain_requests_queue_in_the_lanes_list_and_others_in_its_zset(redis_server, crawl_id):
+def test_plain_requests_queue_in_the_lanes_list_and_others_in_a_list_per_tier(
+        redis_server, crawl_id):
     keys = CrawlKeys(crawl_id)
 
     async def body(f, r):
         await f.enqueue([NewRequest(f"p{i}", lane="h") for i in range(3)]
-                        + [NewRequest("up", 1, lane="h"), NewRequest("down", -1, lane="h")])
-        assert r.lrange(keys.lane_fifo("h"), 0, -1) == [f"{i + 1}|0|0|0|h|p{i}" for i in range(3)]
-        assert [m[12:] for m in r.zrange(keys.lane_queue("h"), 0, -1)] == ["4|0|0|1|h|up",
-                                                                           "5|0|0|-1|h|down"]
-        assert int(r.get(keys.todo)) == 5
+                        + [NewRequest("up", 1, lane="h"), NewRequest("down", -1, lane="h"),
+                           NewRequest("start", 0, lane="h", order="S")])
+        assert tier_lists(r, keys, "h") == {
+            "p0": [f"{i + 1}|0|0|0|h|p{i}" for i in range(3)], "p1": ["4|0|0|1|h|up"],
+            "s0": ["6|0|0|0|h|start"], "p-1": ["5|0|0|-1|h|down"]}
+        assert tiers(r, keys, "h") == [("p1", -1.0), ("s0", 0.5), ("p-1", 1.0)]
+        assert r.lrange(keys.lane_tier("h", "p1"), 0, -1) == ["4|0|0|1|h|up"]
+        assert int(r.get(keys.todo)) == 6
         got = (await f.claim(10, "w", [("h", NO_BUDGET)])).claims
-        assert r.exists(keys.lane_fifo("h"), keys.lane_queue("h"), keys.lanes) == 0
+        assert queue_keys(r, keys, "h") == [] and r.exists(keys.lanes) == 0
+        assert [k for k in r.scan_iter(f"{keys.prefix}tier*")] == []
         return [e.payload for _, e in got]
 
-    assert run(redis_server, crawl_id, body) == ["up", "p0", "p1", "p2", "down"]
+    assert run(redis_server, crawl_id, body) == ["up", "p0", "p1", "p2", "start", "down"]
 
 
-def test_priority_0_members_left_in_the_zset_are_still_served(redis_server, crawl_id):
-    """A queue written before priority 0 moved to a LIST (every priority in the ZSET) is
-    served whole: the old members after the LIST, in their order, nothing lost."""
-    keys = CrawlKeys(crawl_id)
+def test_a_crawl_queued_by_the_earlier_layout_is_refused_unless_nothing_is_in_its_zsets(
+        redis_server, crawl_id):
+    """Layout 1 (every priority but 0 in one ZSET per lane, members "<12-char
+    prefix><envelope>") had no layout recorded: such a crawl with requests in those
+    ZSETs is refused with what to do; one with only priority-0 requests (LISTs, the
+    same in both) or nothing queued takes the current layout."""
     r = redis_server.client(decode_responses=True)
-    r.zadd(keys.queue, {f"{1:012x}1|0|0|0||old1": 0, f"{2:012x}2|0|0|0||old2": 0,
-                        f"{3:012x}3|0|0|4||old-high": -4})
-    r.zadd(keys.lanes, {"": 0})
-    r.set(keys.todo, 3)
-    r.set(keys.rids, 3)
-    r.set(keys.seq, 3)
 
-    async def body(f, r):
-        await f.enqueue([NewRequest("new")])
-        got = []
-        while res := (await f.claim(1, "w")).claims:
-            got += [e.payload for _, e in res]
-        return got
+    async def open_(crawl: str) -> Any:
+        f = new_frontier(redis_server.url, crawl)
+        try:
+            await f.check_layout(SEEN_BUCKET_BITS)
+            return await f.claim(5, "w", [("h", NO_BUDGET)])
+        finally:
+            await f.client.aclose()
 
-    assert run(redis_server, crawl_id, body) == ["old-high", "new", "old1", "old2"]
-    assert stats(r, keys) == {"enqueued": 1, "claimed": 4}
-    assert int(r.get(keys.todo)) == 0
+    def old_crawl(crawl: str) -> CrawlKeys:
+        keys = CrawlKeys(crawl)
+        r.hset(keys.meta, mapping={"seen_bucket_bits": SEEN_BUCKET_BITS, "seen_ttl_ms": 0})
+        return keys
+
+    old = old_crawl(crawl_id + "-zset")
+    r.rpush(old.lane_fifo("h"), "1|0|0|0|h|zero")
+    r.zadd(old.lane_queue("h"), {f"{2:012x}2|0|0|3|h|three": -3})
+    r.zadd(old.lanes, {"h": 0})
+    with pytest.raises(ValueError, match="another layout of its queues") as exc:
+        asyncio.run(open_(crawl_id + "-zset"))
+    assert "layout 1; this version uses 2" in str(exc.value)
+    assert "scrapy leased reset" in str(exc.value)
+    assert r.hget(old.meta, "queue_layout") is None  # still refused next time
+
+    plain = old_crawl(crawl_id + "-plain")
+    r.rpush(plain.lane_fifo("h"), "1|0|0|0|h|zero")
+    r.zadd(plain.lanes, {"h": 0})
+    res = asyncio.run(open_(crawl_id + "-plain"))
+    assert [e.payload for _, e in res.claims] == ["zero"]
+    assert r.hget(plain.meta, "queue_layout") == "2"
+
+    empty = old_crawl(crawl_id + "-empty")
+    asyncio.run(open_(crawl_id + "-empty"))
+    assert r.hget(empty.meta, "queue_layout") == "2"
+
+    newer = CrawlKeys(crawl_id + "-newer")
+    r.hset(newer.meta, mapping={"seen_bucket_bits": SEEN_BUCKET_BITS, "seen_ttl_ms": 0,
+                                "queue_layout": 3})
+    with pytest.raises(ValueError, match="layout 3; this version uses 2"):
+        asyncio.run(open_(crawl_id + "-newer"))
 
 
 def test_claim_names_the_lanes_with_nothing_to_enforce(redis_server, crawl_id):
@@ -992,12 +1028,16 @@ def test_claim_names_the_lanes_with_nothing_to_enforce(redis_server, crawl_id):
 
 
 def test_claim_dead_letters_garbage_members_and_returns_the_good(redis_server, crawl_id):
+    """Members pushed by hand that are no envelopes (in a tier, in p0) are dead-lettered;
+    a tier listed in the index without a LIST is dropped from it."""
     keys = CrawlKeys(crawl_id)
-    garbage = {"garbage": -1, "000000000000not|an|envelope": 0}
+    garbage = ["garbage", "000000000000not|an|envelope"]
 
     async def body(f, r):
         await f.enqueue([NewRequest(p) for p in ("G1", "G2", "G3")])
-        r.zadd(keys.queue, garbage)
+        r.rpush(keys.lane_tier("", "p1"), garbage[0])
+        r.zadd(keys.queue, {"p1": -1, "p9": -9})  # p9: no LIST
+        r.rpush(keys.lane_fifo(""), garbage[1])
         t0 = redis_ms(r)
         res = await f.claim(10, "w")
         return t0, res
@@ -1014,6 +1054,7 @@ def test_claim_dead_letters_garbage_members_and_returns_the_good(redis_server, c
         assert letter == {"reason": "malformed envelope: queue member is not an envelope",
                           "attempts": 0, "envelope": member}
     assert stats(r, keys) == {"enqueued": 3, "claimed": 3, "dead": 2}
+    assert queue_keys(r, keys) == []
 
 
 def test_claim_never_loses_requests_when_rids_pass_2_to_the_32(redis_server, crawl_id):
@@ -1108,10 +1149,11 @@ def test_no_operation_scans_the_processing_set():
             r.config_resetstat()
             assert await f.release("w", tokens[:3]) == 3
             st = commandstats(r)
-            # priority 0: back to the head of the lane's LIST (+ the lanes ZSET, NX); each
-            # token's owner checked (hget) and deleted (hdel) with its envelope
-            assert st == {"evalsha": 1, "zrem": 4, "hget": 6, "hdel": 7, "lpush": 3, "zadd": 3,
-                          "incr": 3, "hincrby": 1}, st
+            # the claims' envelopes read first (hmget: their lanes and tiers); priority 0:
+            # back to the head of the lane's LIST (+ the lanes ZSET, NX); each token's
+            # owner checked (hget) and deleted (hdel) with its envelope
+            assert st == {"evalsha": 1, "hmget": 1, "zrem": 4, "hget": 6, "hdel": 7,
+                          "lpush": 3, "zadd": 3, "incr": 3, "hincrby": 1}, st
 
         r = srv.client(decode_responses=True)
 

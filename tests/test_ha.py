@@ -30,6 +30,7 @@ from scrapy_leased.frontier import Frontier, NewRequest, as_str
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import WAIT_TIMEOUT_MS, script_source
 from scrapy_leased.topology import RedisUrlError, parse_redis_url, redact
+from tests.support.queue import queue_len
 from tests.support.redis_ha import RedisCluster, SentinelGroup, find_redis_cli
 from tests.support.workers import wait_for
 from tests.test_commands import dead_json, leased, ok, one_error, status_json
@@ -87,7 +88,7 @@ def read_crawl(r: Any, crawl_id: str) -> dict[str, Any]:
     lanes = [as_str(x) for x in r.zrange(k.lanes, 0, -1)]
     return {
         "stats": {as_str(a): int(b) for a, b in r.hgetall(k.stats).items()},
-        "queued": sum(r.zcard(k.lane_queue(x)) + r.llen(k.lane_fifo(x)) for x in lanes),
+        "queued": sum(queue_len(r, k, x) for x in lanes),
         "leases": r.zcard(k.leases),
         "inflight": r.hlen(k.inflight),
         "owners": r.hlen(k.owners),

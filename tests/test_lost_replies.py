@@ -113,9 +113,10 @@ def test_resolve_claim_gets_the_claims_of_a_lost_reply_and_changes_nothing_other
 
     async def replay_only(f):
         k = f.keys
-        keys_ = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.seq,
-                 k.workers, k.todo, k.owners, k.lane_queue(""), k.lane_fifo(""), k.rate("")]
-        args = [2, 60_000, "w", 1, 30_000, 32, "", 0, 1]
+        keys_ = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.workers,
+                 k.todo, k.owners, k.control, k.fleet_stats, k.feed, k.feed_taken,
+                 k.lane_queue(""), k.lane_fifo(""), k.rate(""), k.lane_fifo("")]
+        args = [2, 60_000, "w", 1, 30_000, 32, 0, 0, 0, 0, 0, "", 0, 1, ""]
         gkeys, gargs = f._guard("claim", "?99")
         return await f._s["claim"](keys=keys_ + gkeys, args=args + gargs)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..frontier import CONTROL_STATES, Envelope, Frontier, NewRequest
-from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys
+from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys, tier_code
 from ..frontier.machine import HALF_LIFE_FIELD, SEEN_TTL_FIELD
 from ..frontier.scripts import as_str, pairs, read_atomic, register
 from ..observe.flush import decode_fleet_stats
@@ -139,12 +139,22 @@ class FleetAdmin:
         names = [as_str(name) for name, _ in top]
         async with self.client.pipeline(transaction=False) as p:
             for lane in names:
-                p.zcard(k.lane_queue(lane)).llen(k.lane_fifo(lane))
+                p.zrange(k.lane_queue(lane), 0, -1).llen(k.lane_fifo(lane))
                 p.hmget(k.rate(lane), *RATE_FIELDS)
             res = await p.execute()
+        # a lane's requests of other tiers than p0: one LLEN per tier in use (its index)
+        tiers = [(i, as_str(code)) for i in range(len(names)) for code in res[3 * i]]
+        counts = [0] * len(names)
+        if tiers:
+            async with self.client.pipeline(transaction=False) as p:
+                for i, code in tiers:
+                    p.llen(k.lane_tier(names[i], code))
+                for (i, _), n in zip(tiers, await p.execute()):
+                    counts[i] += int(n)
         out = []
         for i, (lane, (_, ready)) in enumerate(zip(names, top)):
-            queued, rate = res[3 * i] + res[3 * i + 1], RateState.from_reply(res[3 * i + 2])
+            queued = counts[i] + int(res[3 * i + 1])
+            rate = RateState.from_reply(res[3 * i + 2])
             out.append(LaneState(lane, int(queued), max(0.0, (ready - now_ms) / 1000),
                                  max(0.0, (rate.tat - now_ms) / 1000),
                                  max(0.0, (rate.blocked_until - now_ms) / 1000),
@@ -275,11 +285,14 @@ class FleetAdmin:
         todo = [d for d in letters if d.envelope is not None]
         counts[3] += len(letters) - len(todo)
         for i in range(0, len(todo), BATCH):
-            keys = [k.seq, k.lanes, k.todo, k.stats, k.dead, k.done]
+            keys = [k.lanes, k.todo, k.stats, k.dead, k.done]
             extra = ExtraKeys(keys)
             args: list[Any] = []
             for letter in todo[i:i + BATCH]:
-                args += [letter.rid, extra.queue(k, letter.lane), letter.lane]
+                assert letter.envelope is not None
+                priority = letter.envelope.priority
+                args += [letter.rid, extra.queue(k, letter.lane, tier_code(priority)),
+                         letter.lane, priority]
             out = await self._s["requeue_dead"](keys=keys, args=args)
             for j in range(4):
                 counts[j] += int(out[j])

@@ -10,6 +10,24 @@ from dataclasses import dataclass
 from typing import overload
 
 KEY_PREFIX = "leased"
+#: The version of the queues' layout, recorded in the crawl's ``meta`` (``queue_layout``;
+#: lua/layout.lua): 2 is a LIST per lane and tier with a tier index (lua/lib_settle.lua);
+#: 1, never recorded, was a ZSET per lane for every priority but 0.
+QUEUE_LAYOUT = 2
+P0 = "p0"  # the tier of regular requests of priority 0: the lane's ``fifo`` LIST
+
+
+def tier_code(priority: int, start: bool = False) -> str:
+    """The tier of a queued request (lua/lib_settle.lua): ``p<priority>`` for regular
+    requests, ``s<priority>`` for start requests kept apart (Scrapy's
+    SCHEDULER_START_*_QUEUE)."""
+    return f"{'s' if start else 'p'}{priority}"
+
+
+def tier_rank(code: str) -> float:
+    """A tier's score in the tier index: claims serve the lowest first (priority 0's
+    LIST ranks 0)."""
+    return -int(code[1:]) + (0.5 if code[0] == "s" else 0.0)
 
 
 class KeyName:
@@ -48,18 +66,30 @@ class CrawlKeys:
         return self._key("")
 
     queue = KeyName(
-        """ZSET: the default lane's queue of priorities other than 0 (see ``lane_queue``).""")
+        """ZSET: the default lane's tier index (see ``lane_queue``).""")
 
     def lane_queue(self, lane: str) -> str:
-        """ZSET: queued envelopes of one lane with a priority other than 0, score
-        -priority, member ``<12 hex seq><envelope>``. The default lane ``""`` is
-        ``queue``. Always used with ``lane_fifo`` (lua/lib_settle.lua)."""
+        """ZSET: the tier index of one lane: the tiers (``tier_code``) other than ``p0``
+        that have queued requests, member the tier code, score its rank (``tier_rank``:
+        -priority, + 0.5 for start requests kept apart). A tier is listed exactly while
+        its LIST (``lane_tier``) holds requests. The default lane ``""`` is ``queue``.
+        With ``lane_fifo`` and the ``lane_tier`` LISTs, a lane's queue
+        (lua/lib_settle.lua)."""
         return self._key(f"queue:{lane}") if lane else self._key("queue")
 
     def lane_fifo(self, lane: str) -> str:
         """LIST: queued envelopes of one lane with priority 0 (Scrapy's default), in
-        order. The default lane ``""`` is ``fifo``."""
+        claim order: tier ``p0``, never in the lane's tier index. The default lane
+        ``""`` is ``fifo``."""
         return self._key(f"fifo:{lane}") if lane else self._key("fifo")
+
+    def lane_tier(self, lane: str, code: str) -> str:
+        """LIST: queued envelopes of one lane and tier (``tier_code``: a priority, and
+        whether start requests kept apart), in claim order: ``tier:<code>:<lane>``, the
+        default lane's ``tier:<code>``. Tier ``p0`` is ``lane_fifo``."""
+        if code == P0:
+            return self.lane_fifo(lane)
+        return self._key(f"tier:{code}:{lane}") if lane else self._key(f"tier:{code}")
 
     def rate(self, lane: str) -> str:
         """HASH: a lane's shared rate-budget state (lua/lib_rate.lua)."""
@@ -77,9 +107,6 @@ class CrawlKeys:
 
     todo = KeyName(
         """STRING: number of queued requests, all lanes together.""")
-
-    seq = KeyName(
-        """STRING: counter giving queue order (a requeue takes a new number).""")
 
     rids = KeyName(
         """STRING: request id counter (one per request ever queued, not per requeue).""")
@@ -169,7 +196,8 @@ class CrawlKeys:
 
     meta = KeyName(
         """HASH: the crawl's fixed parameters (``seen_bucket_bits`` and ``seen_ttl_ms``,
-        the seen-set layout, checked at open) and ``rate_half_life_ms``
+        the seen-set layout, and ``queue_layout``, the queues' (``QUEUE_LAYOUT``),
+        checked at open: lua/layout.lua) and ``rate_half_life_ms``
         (LEASED_RATE_RECOVERY of the workers, read by ``scrapy leased status``).""")
 
     def seen_bucket(self, bucket: int, gen: int | None = None) -> str:
@@ -222,9 +250,10 @@ class ExtraKeys:
             self.keys.append(second)
         return idx
 
-    def queue(self, keys: CrawlKeys, lane: str) -> int:
-        """The index of a lane's queue ZSET, its LIST right after it (lua/lib_settle.lua)."""
-        return self.pair(keys.lane_queue(lane), keys.lane_fifo(lane))
+    def queue(self, keys: CrawlKeys, lane: str, code: str = P0) -> int:
+        """The index of the LIST of a lane's tier ``code``, the lane's tier index right
+        after it (lua/lib_settle.lua: lane_queue)."""
+        return self.pair(keys.lane_tier(lane, code), keys.lane_queue(lane))
 
     def seen(self, keys: CrawlKeys, bucket: int, gen: int | None) -> int:
         """The index of a seen bucket; with generations (``gen``), of the current one's,

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from .envelope import Envelope
-from .keys import CrawlKeys, ExtraKeys
+from .keys import QUEUE_LAYOUT, CrawlKeys, ExtraKeys, tier_code, tier_rank
 from .scripts import as_str, pairs, read_atomic, register
 
 #: The fleet's control states (the ``control`` HASH, keys.py): claims are made only while
@@ -33,6 +33,13 @@ SEEN_TTL_FIELD = "seen_ttl_ms"
 #: the caller built its keys for is not the current one (lua/lib_enqueue.lua).
 SEEN_GEN_RE = re.compile(r"^SEEN_GENERATION (\d+)")
 GEN_ATTEMPTS = 4
+#: Claim calls ``Frontier.claim`` makes at most when a call claimed nothing because the
+#: top tier of a lane was not the one it passed (lua/claim.lua: ``stale``; the reply
+#: names the right one, so one more call normally does)
+CLAIM_ATTEMPTS = 3
+#: Lanes whose top tier a Frontier remembers (lua/claim.lua); past this many, the
+#: oldest quarter is forgotten (a forgotten lane costs one call that learns it again)
+TIER_CACHE_LANES = 65_536
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,9 @@ class Failure:
     permanent: bool = False
     lane: str = ""
     rid: int | None = None  # the request the claim holds (checked by commit.lua); None: any
+    #: the claimed request's priority (its requeue goes to that tier's LIST; checked by
+    #: commit.lua); None: read from Redis first, one more round trip
+    priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,9 @@ class ClaimResult:
     #: Entries in the crawl's feed and in batches taken off it, not queued yet (0 when
     #: not running)
     feed: int = 0
+    #: Lanes not served because their top tier was not the one passed (lua/claim.lua):
+    #: they have claimable requests; claim again at once
+    stale: int = 0
 
 
 @dataclass(frozen=True)
@@ -141,8 +154,26 @@ def _lane_and_token(item: int | tuple[int, str]) -> tuple[int, str]:
     return (item, "") if isinstance(item, int) else item
 
 
-def _parse_claims(rest: Sequence[Any]) -> list[tuple[int, Envelope]]:
-    return [(int(rest[i]), Envelope.parse(rest[i + 1])) for i in range(0, len(rest), 2)]
+def _parse_claim(out: Sequence[Any]) -> tuple[ClaimResult, dict[str, str]]:
+    """A claim's reply (lua/claim.lua), the guard's part taken off: the result, and the
+    top tier of each lane the reply names ('': none but p0)."""
+    n = int(out[7])
+    m = int(out[8 + n])
+    k = int(out[9 + n + m])
+    tiers_at = 10 + n + m
+    rest = out[tiers_at + 2 * k:]
+    result = ClaimResult(
+        int(out[0]), int(out[1]), int(out[2]), int(out[3]), [as_str(x) for x in out[8:8 + n]],
+        [(int(rest[i]), Envelope.parse(rest[i + 1])) for i in range(0, len(rest), 2)],
+        frozenset(as_str(x) for x in out[9 + n:9 + n + m]), as_str(out[4]), int(out[5]),
+        int(out[6]))
+    tiers = {as_str(out[i]): as_str(out[i + 1]) for i in range(tiers_at, tiers_at + 2 * k, 2)}
+    return result, tiers
+
+
+def _start(order: str) -> bool:
+    """Whether a queue order code (lua/lib_settle.lua) is a start request's."""
+    return order in ("S", "T")
 
 
 class Frontier:
@@ -190,6 +221,9 @@ class Frontier:
         self.on_seen_gen: Callable[[int, int], None] | None = None
         self._calls = 0
         self._pending_claim: tuple[list[str], list[Any]] | None = None
+        #: lane -> the code of its top tier other than p0, as last learnt (lua/claim.lua);
+        #: a lane without an entry has none as far as this caller knows
+        self._tiers: dict[str, str] = {}
         self._s = register(client, "claim", "commit", "expired", "recover", "renew", "release",
                            "acquire", "penalize", "read", "feed_take", "feed_commit", "layout",
                            "revisit")
@@ -218,12 +252,14 @@ class Frontier:
             self.on_epoch(old, epoch)
         return out[3:]
 
-    async def check_layout(self, seen_bucket_bits: int, seen_ttl_ms: int = 0) -> None:
-        """Record the seen-set layout (bucket bits, the expiry of seen entries) on first
-        use; refuse a different one later. Sets ``seen_ttl_ms``."""
-        recorded = await self._s["layout"](keys=[self.keys.meta],
-                                           args=[seen_bucket_bits, seen_ttl_ms])
-        bits, ttl = (int(v) for v in recorded)
+    async def check_layout(self, seen_bucket_bits: int, seen_ttl_ms: int = 0, *,
+                           queues: bool = True) -> None:
+        """Record the seen-set layout (bucket bits, the expiry of seen entries) and the
+        queues' (``QUEUE_LAYOUT``) on first use; refuse a different one later. Sets
+        ``seen_ttl_ms``. ``queues`` False: the queues' layout is not checked (a worker
+        that flushes the crawl's queues next checks it after the flush)."""
+        recorded = await self._layout(seen_bucket_bits, seen_ttl_ms, "1" if queues else "0")
+        bits, ttl = int(recorded[0]), int(recorded[1])
         if bits != seen_bucket_bits:
             raise ValueError(
                 f"LEASED_SEEN_BUCKET_BITS ({seen_bucket_bits}) differs from the value this "
@@ -237,6 +273,37 @@ class Frontier:
                 f"seen set is kept another way for each. Set it back to {ttl / 1000:g}, or "
                 f"use a new LEASED_CRAWL_ID.")
         self.seen_ttl_ms = seen_ttl_ms
+        if queues and recorded[2] is None and not await self._old_queues():
+            recorded = await self._layout(seen_bucket_bits, seen_ttl_ms, "2")
+        if queues and (recorded[2] is None or int(recorded[2]) != QUEUE_LAYOUT):
+            layout = 1 if recorded[2] is None else int(recorded[2])
+            raise ValueError(
+                f"Crawl {self.keys.crawl_id!r} was queued by a version of scrapy_leased with "
+                f"another layout of its queues in Redis (layout {layout}; this version uses "
+                f"{QUEUE_LAYOUT}: a LIST per lane and priority): its queued requests of "
+                f"priorities other than 0 would not be found. Finish the crawl with the "
+                f"version that started it, or start it afresh (`scrapy leased reset`, or "
+                f"LEASED_FLUSH_ON_START = True), or use a new LEASED_CRAWL_ID.")
+
+    async def _layout(self, bits: int, ttl: int, mode: str) -> list[Any]:
+        return list(await self._s["layout"](keys=[self.keys.meta, self.keys.lanes],
+                                            args=[bits, ttl, QUEUE_LAYOUT, mode]))
+
+    async def _old_queues(self) -> bool:
+        """Whether a lane of this crawl has a queue ZSET of layout 1 (members
+        ``<12-char prefix><envelope>``, where layout 2 has tier codes: lua/lib_settle.lua),
+        looked at once when a crawl started before the layout was recorded has lanes."""
+        lanes: list[str] = []
+        async for lane, _ in self.client.zscan_iter(self.keys.lanes, count=1000):
+            lanes.append(as_str(lane))
+        for i in range(0, len(lanes), 1000):
+            async with self.client.pipeline(transaction=False) as p:
+                for lane in lanes[i:i + 1000]:
+                    p.zrange(self.keys.lane_queue(lane), 0, 0)
+                heads = await p.execute()
+            if any(head and not re.fullmatch(r"[ps]-?\d+", as_str(head[0])) for head in heads):
+                return True
+        return False
 
     async def record_half_life(self) -> None:
         """Record this caller's slowdown half-life (LEASED_RATE_RECOVERY) with the crawl,
@@ -253,10 +320,11 @@ class Frontier:
         k = self.keys
         revisits = revisits or {}
         call_id = call_id or self.new_call_id()
+        priorities = await self._priorities([f.token for f in fails if f.priority is None])
 
         def build(gen: int | None) -> tuple[list[str], list[Any]]:
-            keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead,
-                    k.rids, k.throughput, k.owners, k.revisit]
+            keys = [k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
+                    k.throughput, k.owners, k.revisit]
             extra = ExtraKeys(keys)
             args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts,
                                self.seen_ttl_ms, gen or 0, len(revisits)]
@@ -265,8 +333,10 @@ class Frontier:
                 revisit = revisits.get(token)
                 args += [token, rid, revisit.after_ms if revisit else 0]
             for f in fails:
+                priority = priorities.get(f.token, 0) if f.priority is None else f.priority
                 args += [f.token, f.reason[:REASON_CHARS], int(f.permanent),
-                         extra.queue(k, f.lane), f.lane, "" if f.rid is None else f.rid]
+                         extra.queue(k, f.lane, tier_code(priority)), f.lane,
+                         "" if f.rid is None else f.rid, priority]
             for token, r in revisits.items():
                 args += [token, r.priority, r.lane, r.payload]
             gkeys, gargs = self._guard("commit", call_id)
@@ -274,7 +344,44 @@ class Frontier:
 
         out = await self._enqueuing("commit", build)
         n, m = len(enqueue), len(acks)
-        return CommitResult([bool(x) for x in out[:n]], list(out[n:n + m]), list(out[n + m:]))
+        result = CommitResult([bool(x) for x in out[:n]], list(out[n:n + m]),
+                              list(out[n + m:]))
+        self._learn_pushes(enqueue, result.queued)
+        return result
+
+    async def _priorities(self, tokens: Sequence[int]) -> dict[int, int]:
+        """The priority of each claim token's request, read from ``inflight`` (0 for a
+        token without an envelope: nothing is requeued for it; one whose envelope cannot
+        be read is left out, and its fail dead-letters it)."""
+        if not tokens:
+            return {}
+        out = {}
+        for token, raw in zip(tokens, await self.client.hmget(self.keys.inflight, tokens)):
+            try:
+                out[token] = Envelope.parse(raw).priority if raw is not None else 0
+            except ValueError:
+                pass
+        return out
+
+    def _learn_pushes(self, enqueue: Sequence[NewRequest], queued: Sequence[bool]) -> None:
+        """A request this caller queued in a tier that outranks the top tier it knows of
+        its lane (or in a lane it knows no tier of) is its lane's top tier now, unless
+        another caller queued a higher one (lua/claim.lua then names it)."""
+        for r, q in zip(enqueue, queued):
+            if q and (r.priority or _start(r.order)):
+                code = tier_code(r.priority, _start(r.order))
+                known = self._tiers.get(r.lane)
+                if known is None or tier_rank(code) < tier_rank(known):
+                    self._learn_tier(r.lane, code)
+
+    def _learn_tier(self, lane: str, code: str) -> None:
+        if not code:
+            self._tiers.pop(lane, None)
+            return
+        if lane not in self._tiers and len(self._tiers) >= TIER_CACHE_LANES:
+            for old in list(self._tiers)[:TIER_CACHE_LANES // 4]:
+                del self._tiers[old]
+        self._tiers[lane] = code
 
     def _enqueue_args(self, extra: ExtraKeys, enqueue: Sequence[NewRequest],
                       gen: int | None) -> list[Any]:
@@ -284,8 +391,9 @@ class Frontier:
         args: list[Any] = []
         for r in enqueue:
             bucket = 0 if r.bucket is None else extra.seen(k, r.bucket, gen)
-            args += [bucket, r.member, r.priority, extra.queue(k, r.lane), r.lane, r.payload,
-                     r.order]
+            args += [bucket, r.member, r.priority,
+                     extra.queue(k, r.lane, tier_code(r.priority, _start(r.order))), r.lane,
+                     r.payload, r.order]
         return args
 
     async def seen_generation(self) -> int | None:
@@ -343,7 +451,7 @@ class Frontier:
         call_id = call_id or self.new_call_id()
 
         def build(gen: int | None) -> tuple[list[str], list[Any]]:
-            keys = [k.seq, k.lanes, k.todo, k.stats, k.dead, k.feed_taken, k.feed_deadlines]
+            keys = [k.lanes, k.todo, k.stats, k.dead, k.feed_taken, k.feed_deadlines]
             extra = ExtraKeys(keys)
             args: list[Any] = [self.caller, len(enqueue), len(bad), self.seen_ttl_ms, gen or 0,
                                batch_id]
@@ -356,7 +464,9 @@ class Frontier:
         out = await self._enqueuing("feed_commit", build)
         if not int(out[0]):
             return None
-        return [bool(x) for x in out[1:]]
+        queued = [bool(x) for x in out[1:]]
+        self._learn_pushes(enqueue, queued)
+        return queued
 
     async def enqueue(self, requests: Sequence[NewRequest]) -> list[bool]:
         return (await self.commit(enqueue=requests)).queued
@@ -364,34 +474,57 @@ class Frontier:
     async def ack(self, token: int, rid: int) -> int:
         return (await self.commit(acks=[(token, rid)])).acks[0]
 
-    async def fail(self, token: int, reason: str, permanent: bool = False, lane: str = "") -> int:
-        return (await self.commit(fails=[Failure(token, reason, permanent, lane)])).fails[0]
+    async def fail(self, token: int, reason: str, permanent: bool = False, lane: str = "",
+                   priority: int | None = None) -> int:
+        return (await self.commit(fails=[Failure(token, reason, permanent, lane,
+                                                 priority=priority)])).fails[0]
 
     async def claim(self, count: int, worker_id: str,
                     lanes: Sequence[tuple[str, Budget]] = (("", NO_BUDGET),)) -> ClaimResult:
         """Claim up to ``count`` requests from the given candidate lanes (each with its
-        budget); the result names the lanes ready now, to pass next time."""
+        budget); the result names the lanes ready now, to pass next time. A lane whose
+        top tier this caller did not know is left by a call (lua/claim.lua: ``stale``;
+        the reply names the tier): then the call is continued by another for what is
+        left of ``count``, up to ``CLAIM_ATTEMPTS`` calls in all, the claims of all of
+        them in the result."""
+        result = await self._claim_once(count, worker_id, lanes, continues=False)
+        for _ in range(CLAIM_ATTEMPTS - 1):
+            if not result.stale or len(result.claims) >= count or result.control != RUNNING:
+                break
+            try:
+                more = await self._claim_once(count - len(result.claims), worker_id, lanes,
+                                              continues=bool(result.claims))
+            except (RedisError, OSError):
+                if not result.claims:
+                    raise
+                break  # sent again by the next claim (_pending_claim); these are held
+            more.claims = result.claims + more.claims
+            more.free_lanes |= result.free_lanes
+            result = more
+        return result
+
+    async def _claim_once(self, count: int, worker_id: str,
+                          lanes: Sequence[tuple[str, Budget]], continues: bool) -> ClaimResult:
         if self._pending_claim is None:  # else: send the claim whose reply was lost again
             k = self.keys
-            keys = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.seq,
+            keys = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead,
                     k.workers, k.todo, k.owners, k.control, k.fleet_stats, k.feed, k.feed_taken]
             args: list[Any] = [count, self.lease_ms, worker_id, len(lanes), self.half_life_ms,
-                               self.ready_lanes, *self.limits.args()]
+                               self.ready_lanes, *self.limits.args(), int(continues)]
             for lane, budget in lanes:
-                keys += [k.lane_queue(lane), k.lane_fifo(lane), k.rate(lane)]
-                args += [lane, budget.interval_ms, budget.burst]
+                code = self._tiers.get(lane, "")
+                fifo = k.lane_fifo(lane)  # also the placeholder when no tier is known
+                keys += [k.lane_queue(lane), fifo, k.rate(lane),
+                         k.lane_tier(lane, code) if code else fifo]
+                args += [lane, budget.interval_ms, budget.burst, code]
             gkeys, gargs = self._guard("claim", self.new_call_id())
             self._pending_claim = (keys + gkeys, args + gargs)
         keys, args = self._pending_claim
         out = self._seen(await self._s["claim"](keys=keys, args=args))
         self._pending_claim = None
-        n = int(out[6])
-        ready = [as_str(x) for x in out[7:7 + n]]
-        m = int(out[7 + n])
-        free = frozenset(as_str(x) for x in out[8 + n:8 + n + m])
-        result = ClaimResult(int(out[0]), int(out[1]), int(out[2]), int(out[3]), ready,
-                             free_lanes=free, control=as_str(out[4]), feed=int(out[5]))
-        result.claims = _parse_claims(out[8 + n + m:])
+        result, tiers = _parse_claim(out)
+        for lane, code in tiers.items():
+            self._learn_tier(lane, code)
         self._control(result.control)
         return result
 
@@ -412,9 +545,7 @@ class Frontier:
         self._pending_claim = None
         if not out:
             return []
-        n = int(out[6])
-        m = int(out[7 + n])
-        return _parse_claims(out[8 + n + m:])
+        return _parse_claim(out)[0].claims
 
     async def revisit(self, batch: int = 500) -> int:
         """Queue again up to ``batch`` requests whose revisit is due (lua/revisit.lua);
@@ -422,17 +553,13 @@ class Frontier:
         k = self.keys
         now_ms, (due,) = await read_atomic(self._s["read"],
                                            ("ZRANGE", k.revisit, 0, batch - 1, "WITHSCORES"))
-        keys = [k.seq, k.lanes, k.todo, k.stats, k.revisit]
+        keys = [k.lanes, k.todo, k.stats, k.revisit]
         extra = ExtraKeys(keys)
         args: list[Any] = []
         for member, score in pairs(due):
             if float(score) > now_ms:
                 break  # in score order: the rest is not due either
-            try:
-                lane = Envelope.parse(member).lane
-            except ValueError:
-                lane = ""
-            args += [member, extra.queue(k, lane)]
+            args += [member, self._requeue_to(extra, member)]
         if not args:
             return 0
         gkeys, gargs = self._guard()
@@ -448,16 +575,11 @@ class Frontier:
         left = int(out[1])
         if len(out) == 2:
             return 0, 0, left
-        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.dead, k.owners]
+        keys = [k.lanes, k.todo, k.stats, k.leases, k.inflight, k.dead, k.owners]
         extra = ExtraKeys(keys)
         args: list[Any] = [self.max_attempts]
         for i in range(2, len(out), 2):
-            raw = out[i + 1]
-            try:
-                lane = Envelope.parse(raw).lane if raw else ""
-            except ValueError:
-                lane = ""  # malformed: recover.lua dead-letters it whatever the queue
-            args += [out[i], extra.queue(k, lane)]
+            args += [out[i], self._requeue_to(extra, out[i + 1])]
         gkeys, gargs = self._guard()
         requeued, dead, _forgiven = self._seen(
             await self._s["recover"](keys=keys + gkeys, args=args + gargs))
@@ -477,17 +599,31 @@ class Frontier:
         return [int(t) for t in out[2:]]
 
     async def release(self, worker_id: str, claims: Sequence[int | tuple[int, str]]) -> int:
-        """Give back unstarted claims: tokens, or (token, lane) for claims not in the
-        default lane. Only the claims ``worker_id`` owns are released (and counted)."""
+        """Give back unstarted claims: tokens, or (token, lane) (the lane is not needed:
+        each claim's lane and priority are read from Redis first). Only the claims
+        ``worker_id`` owns are released (and counted)."""
         k = self.keys
-        keys = [k.seq, k.lanes, k.todo, k.stats, k.leases, k.inflight, k.workers, k.worker_info,
+        keys = [k.lanes, k.todo, k.stats, k.leases, k.inflight, k.workers, k.worker_info,
                 k.owners]
         extra = ExtraKeys(keys)
         args: list[Any] = [worker_id]
-        for item in claims:
-            token, lane = _lane_and_token(item)
-            args += [token, extra.queue(k, lane)]
+        tokens = [_lane_and_token(item)[0] for item in claims]
+        envs = await self.client.hmget(k.inflight, tokens) if tokens and worker_id else []
+        for token, raw in zip(tokens, envs):
+            args += [token, self._requeue_to(extra, raw)]
         return int(await self._s["release"](keys=keys, args=args))
+
+    def _requeue_to(self, extra: ExtraKeys, raw: Any) -> int:
+        """The index in ``extra`` of the LIST an envelope (as stored; None: none) goes
+        back to as a regular request (its lane's, its priority's tier: lib_settle.lua).
+        Any queue for one that cannot be read: the scripts queue no such envelope."""
+        try:
+            env = Envelope.parse(raw) if raw is not None else None
+        except ValueError:
+            env = None
+        if env is None:
+            return extra.queue(self.keys, "")
+        return extra.queue(self.keys, env.lane, tier_code(env.priority))
 
     async def acquire(self, lane: str, budget: Budget) -> int:
         """Take one request's worth of the lane's shared budget: 0 when the request may

@@ -4,9 +4,17 @@
 -- budget allows a claim now: claims are paced at the budget's rate on their own GCRA
 -- clock (lib_rate.lua: ctat); the budget itself is taken by the downloader middleware
 -- when the request starts. Lanes are served round-robin, one request at a time;
--- within a lane, highest priority first, FIFO within a priority. A served lane moves
--- behind the lanes not yet served (its time becomes now, or the time its budget lets
--- the next claim through).
+-- within a lane, highest priority first, in the order of each tier (lib_settle.lua). A
+-- served lane moves behind the lanes not yet served (its time becomes now, or the time
+-- its budget lets the next claim through).
+-- Tiers: a lane's requests other than regular ones of priority 0 are in one LIST per
+-- tier (lib_settle.lua), and a script only touches the keys it is given, so the caller
+-- passes, per lane, the LIST of the tier it believes is the lane's top one (the
+-- highest-ranked in the lane's tier index; learnt from earlier replies, or none). When
+-- the lane's top tier ranks above priority 0 (or priority 0 has nothing) and is not the
+-- one passed, the lane is not served by this call (it stays ready) and counts in
+-- `stale`; the reply names every lane's top tier that differs from the one passed
+-- (after a pop emptied a tier too), so that the next call passes the right one.
 -- KEYS[1] lanes     ZSET  lane -> time from which it may be served (ms)
 -- KEYS[2] leases    ZSET  claim token -> lease deadline (ms, Redis TIME)
 -- KEYS[3] inflight  HASH  claim token -> envelope
@@ -14,19 +22,19 @@
 -- KEYS[5] done      BITMAP  rid -> processed
 -- KEYS[6] stats     HASH  crawl counters
 -- KEYS[7] dead      HASH  rid -> dead letter (JSON)
--- KEYS[8] seq       STRING  queue order counter
--- KEYS[9] workers   ZSET  worker id -> last heartbeat (ms)
--- KEYS[10] todo     STRING  number of queued requests (never below 0, even when
+-- KEYS[8] workers   ZSET  worker id -> last heartbeat (ms)
+-- KEYS[9] todo      STRING  number of queued requests (never below 0, even when
 --                  members were added to a queue by hand)
--- KEYS[11] owners   HASH  claim token -> worker id holding it (set with each lease)
--- KEYS[12] control  HASH  the fleet's control state (keys.py: state running|paused|
+-- KEYS[10] owners   HASH  claim token -> worker id holding it (set with each lease)
+-- KEYS[11] control  HASH  the fleet's control state (keys.py: state running|paused|
 --                  stopping): anything but running claims nothing and reports the state;
 --                  'started': the crawl's first claim (ms), set here
--- KEYS[13] fleet_stats HASH the fleet's Scrapy stats (observe/flush.py), for the limits
--- KEYS[14] feed     LIST  JSON requests pushed by producers, not drained yet
--- KEYS[15] feed_taken HASH worker id -> feed entries taken, not queued yet (feed_take.lua)
--- KEYS[13 + 3i], KEYS[14 + 3i], KEYS[15 + 3i]: the queue ZSET, queue LIST and rate HASH of
---                  candidate lane i (lib_settle.lua: a lane's queue)
+-- KEYS[12] fleet_stats HASH the fleet's Scrapy stats (observe/flush.py), for the limits
+-- KEYS[13] feed     LIST  JSON requests pushed by producers, not drained yet
+-- KEYS[14] feed_taken HASH worker id -> feed entries taken, not queued yet (feed_take.lua)
+-- KEYS[11 + 4i], KEYS[12 + 4i], KEYS[13 + 4i], KEYS[14 + 4i]: candidate lane i's tier
+--                  index ZSET, priority-0 LIST, rate HASH, and the LIST of the tier
+--                  named in its ARGV (any key of the crawl when none is named)
 -- ARGV[1] max number of requests to claim (may be 0: only report)
 -- ARGV[2] lease length in ms  ARGV[3] worker id  ARGV[4] number of candidate lanes
 -- ARGV[5] slowdown half-life ms  ARGV[6] how many ready lanes to report
@@ -36,46 +44,56 @@
 --          the claim sets the control state to stopping (reason: the limit) and claims
 --          nothing. With a page limit, a claim takes at most limit - done - leases: the
 --          requests done and in flight never add up to more than the limit.
--- ARGV[11..] per candidate lane: name, interval ms (0 = no budget), burst
+-- ARGV[11] 1 when this call continues one that claimed requests for the same caller
+--          (Frontier.claim, after a stale lane): no request whose lease expired before is
+--          claimed (those go alone), else 0
+-- ARGV[8 + 4i..11 + 4i] per candidate lane: name, interval ms (0 = no budget), burst,
+--          the code of the tier whose LIST is passed ('' none: the lane has no tier but
+--          p0 as far as the caller knows)
 -- Then the guard's four KEYS and four ARGV (lib_guard.lua: epoch, tokens, rids, this
 -- worker's claim call key; call id, epoch, token, rid seen).
 -- Returns {epoch, tokens, rids (lib_guard.lua), now_ms, todo, leases, next_ms, state, feed,
--- n, lane1..lane_n, m, free1..free_m, token1, envelope1, ...} (only the first three for a
--- replay-only call that finds no reply): state is the control state (running, paused,
--- stopping; when not running: no claims, no lanes, next_ms = now_ms, feed 0); feed the
--- entries in the feed and in batches taken off it (LLEN feed + HLEN feed_taken: work
--- that is not in the queues yet, so the crawl is not finished); lane1..n are ready
--- lanes to pass as candidates next time, next_ms the earliest time any lane is ready
--- (now when one is); free1..m are
--- the lanes claimed from
--- that had nothing to enforce at this moment (no budget, no Crawl-delay, no block), so
--- their requests may start without another check (LEASED_RATE_FREE_GRACE).
+-- stale, n, lane1..lane_n, m, free1..free_m, k, lane1, tier1, ..., lane_k, tier_k,
+-- token1, envelope1, ...} (only the first three for a replay-only call that finds no
+-- reply): state is the control state (running, paused, stopping; when not running: no
+-- claims, no lanes, next_ms = now_ms, feed 0); feed the entries in the feed and in
+-- batches taken off it (LLEN feed + HLEN feed_taken: work that is not in the queues
+-- yet, so the crawl is not finished); stale the number of lanes left unserved because
+-- their top tier was not the one passed (claim again at once: the reply names it);
+-- lane1..n are ready lanes to pass as candidates next time, next_ms the earliest time
+-- any lane is ready (now when one is); free1..m are the lanes claimed from that had
+-- nothing to enforce at this moment (no budget, no Crawl-delay, no block), so their
+-- requests may start without another check (LEASED_RATE_FREE_GRACE); (lane, tier) the
+-- top tier, as this call last saw it, of each lane whose top tier is not the one passed
+-- ('' when it has none left but p0).
 -- Requests whose rid is already marked done (a stale copy requeued after its first
 -- worker acked late) are dropped here and counted in stats 'skipped_done'.
 -- A request whose lease expired before (expiries > 0: its worker died holding it) is
--- claimed only alone, as the first and only request of a call, so that a request that
+-- claimed only alone, as the first and only request of a call (not by a call that
+-- continues another, ARGV[11]), so that a request that
 -- crashes its worker does not take other claims down with it. When it comes up after
--- other claims of a call, it goes back to the head of its lane and its lane is served
+-- other claims of a call, it goes back to the head of its tier and its lane is served
 -- first by the next call (its time becomes 0), so it cannot starve behind other lanes.
 -- A queue member that is not valid UTF-8 is dead-lettered (invalid bytes shown as '?').
 local g = guard_open()
 local replayed = guard_replayed(g)
 if replayed then return replayed end
-local keys = {lanes = KEYS[1], stats = KEYS[6], dead = KEYS[7], seq = KEYS[8], todo = KEYS[10]}
+local keys = {lanes = KEYS[1], stats = KEYS[6], dead = KEYS[7], todo = KEYS[9]}
 local want = tonumber(ARGV[1])
+local continues = ARGV[11] == '1'
 local LIMIT_STAT = {[7] = {KEYS[6], 'done', 'LEASED_CLOSE_PAGECOUNT'},
-  [8] = {KEYS[13], 'item_scraped_count', 'LEASED_CLOSE_ITEMCOUNT'},
-  [9] = {KEYS[13], 'spider_exceptions/count', 'LEASED_CLOSE_ERRORCOUNT'}}
+  [8] = {KEYS[12], 'item_scraped_count', 'LEASED_CLOSE_ITEMCOUNT'},
+  [9] = {KEYS[12], 'spider_exceptions/count', 'LEASED_CLOSE_ERRORCOUNT'}}
 local lease_ms = tonumber(ARGV[2])
 local half_life = tonumber(ARGV[5])
 local now = server_ms()
-redis.call('ZADD', KEYS[9], now, ARGV[3])
-local control = redis.call('HMGET', KEYS[12], 'state', 'started')
+redis.call('ZADD', KEYS[8], now, ARGV[3])
+local control = redis.call('HMGET', KEYS[11], 'state', 'started')
 local state = control[1] or 'running'
 local started = tonumber(control[2])
 if not started then
   started = now
-  redis.call('HSET', KEYS[12], 'started', now)
+  redis.call('HSET', KEYS[11], 'started', now)
 end
 if state == 'running' then  -- the fleet-wide limits
   local reached = nil
@@ -100,45 +118,52 @@ if state == 'running' then  -- the fleet-wide limits
   end
   if reached then
     state = 'stopping'
-    redis.call('HSET', KEYS[12], 'state', state, 'since', now, 'by', ARGV[3], 'reason', reached)
+    redis.call('HSET', KEYS[11], 'state', state, 'since', now, 'by', ARGV[3], 'reason', reached)
   end
 end
 if state ~= 'running' then
-  return guard_reply(g, {now, tonumber(redis.call('GET', KEYS[10]) or 0),
-    redis.call('ZCARD', KEYS[2]), now, state, 0, 0, 0})
+  return guard_reply(g, {now, tonumber(redis.call('GET', KEYS[9]) or 0),
+    redis.call('ZCARD', KEYS[2]), now, state, 0, 0, 0, 0, 0})
 end
 local active = {}
 for i = 1, tonumber(ARGV[4]) do
-  local lane, a = ARGV[8 + 3 * i], 8 + 3 * i
+  local lane, a = ARGV[8 + 4 * i], 8 + 4 * i
   local score = redis.call('ZSCORE', KEYS[1], lane)
   if score and tonumber(score) <= now then
-    local rate = KEYS[15 + 3 * i]
+    local rate = KEYS[13 + 4 * i]
     local avail, interval, ready = rate_claimable(rate, tonumber(ARGV[a + 1]),
       tonumber(ARGV[a + 2]), now, half_life)
     if avail > 0 then
-      active[#active + 1] = {lane = lane, queue = lane_queue(13 + 3 * i), rate = rate,
+      active[#active + 1] = {lane = lane, idx = KEYS[11 + 4 * i], p0 = KEYS[12 + 4 * i],
+        tier = KEYS[14 + 4 * i], code = ARGV[a + 3], top = ARGV[a + 3], rate = rate,
         avail = avail, interval = interval, burst = tonumber(ARGV[a + 2]), took = 0}
     else
       redis.call('ZADD', KEYS[1], 'XX', ready, lane)
     end
   end
 end
--- Take the head of a lane's queue: priorities above 0 (ZSET, negative scores), then
--- priority 0 (LIST), then the rest of the ZSET. Returns the envelope, the member as
--- stored (what a dead letter keeps when it is not an envelope) and a function that puts
--- it back where it was; nil when the queue is empty.
-local function queue_pop(q)
-  local head = redis.call('ZRANGE', q.z, 0, 0, 'WITHSCORES')
-  if not head[1] or tonumber(head[2]) >= 0 then
-    local env = redis.call('LPOP', q.l)
-    if env then
-      return env, env, function() redis.call('LPUSH', q.l, env) end
+-- Take the head of a lane's queue: its top tier's, where the top tier is the highest
+-- ranked of the tier index (l.top records it), or priority 0's LIST when that ranks
+-- first (or the index is empty). Returns the envelope, the LIST it came from and
+-- whether that is a tier's; nil when the lane has nothing left, or when its top tier
+-- is not the one passed (l.stale).
+local function queue_pop(l)
+  while true do  -- twice at most: a tier listed without a LIST (by hand) is dropped
+    local head = redis.call('ZRANGE', l.idx, 0, 0, 'WITHSCORES')
+    l.top = head[1] or ''
+    if not head[1] or tonumber(head[2]) >= 0 then
+      local env = redis.call('LPOP', l.p0)
+      if env then return env, l.p0 end
+      if not head[1] then return nil end
     end
+    if head[1] ~= l.code then
+      l.stale = true
+      return nil
+    end
+    local env = redis.call('LPOP', l.tier)
+    if env then return env, l.tier, true end
+    redis.call('ZREM', l.idx, head[1])
   end
-  if not head[1] then return nil end
-  redis.call('ZREM', q.z, head[1])
-  return string.sub(head[1], 13), head[1],
-    function() redis.call('ZADD', q.z, head[2], head[1]) end
 end
 
 local all_active = {unpack(active)}
@@ -148,28 +173,28 @@ while got < want and #active > 0 and not stop do
   local still = {}
   for _, l in ipairs(active) do
     if got >= want or stop then break end
-    local env, member, put_back = queue_pop(l.queue)
+    local env, from, tiered = queue_pop(l)
     local suspect_back = false
     if env then
-      if tonumber(redis.call('GET', KEYS[10]) or 0) > 0 then redis.call('DECR', KEYS[10]) end
+      if tonumber(redis.call('GET', KEYS[9]) or 0) > 0 then redis.call('DECR', KEYS[9]) end
       local rid, _, expiries = parse_envelope(env)
       if not rid then
-        settle_failure(keys, l.queue, member, 'queue member is not an envelope', 1, true, now, 0)
+        settle_failure(keys, nil, env, 'queue member is not an envelope', 1, true, now, 0)
       elseif not utf8_valid(env) then
-        settle_failure(keys, l.queue, utf8_clean(env), 'queue member is not valid UTF-8', 1,
+        settle_failure(keys, nil, utf8_clean(env), 'queue member is not valid UTF-8', 1,
           true, now, 0)
       elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
         redis.call('HINCRBY', KEYS[6], 'skipped_done', 1)
-      elseif expiries ~= '0' and got > 0 then
-        put_back()  -- a suspect goes alone: next call, its lane first
-        redis.call('INCR', KEYS[10])
+      elseif expiries ~= '0' and (got > 0 or continues) then
+        redis.call('LPUSH', from, env)  -- a suspect goes alone: next call, its lane first
+        redis.call('INCR', KEYS[9])
         stop = true
         suspect_back = true
       else
         local token = int_str(guard_token(g))
         redis.call('ZADD', KEYS[2], now + lease_ms, token)
         redis.call('HSET', KEYS[3], token, env)
-        redis.call('HSET', KEYS[11], token, ARGV[3])
+        redis.call('HSET', KEYS[10], token, ARGV[3])
         claims[#claims + 1] = token
         claims[#claims + 1] = env
         got = got + 1
@@ -178,11 +203,22 @@ while got < want and #active > 0 and not stop do
         if expiries ~= '0' then stop = true end
       end
     end
-    if redis.call('EXISTS', l.queue.z, l.queue.l) == 0 then
+    local empty
+    if tiered then  -- a tier's LIST: emptied, it leaves the index
+      empty = false
+      if redis.call('EXISTS', from) == 0 then
+        redis.call('ZREM', l.idx, l.code)
+        l.top = redis.call('ZRANGE', l.idx, 0, 0)[1] or ''
+        empty = l.top == '' and redis.call('EXISTS', l.p0) == 0
+      end
+    else
+      empty = redis.call('EXISTS', l.idx, l.p0) == 0
+    end
+    if empty then
       redis.call('ZREM', KEYS[1], l.lane)
     elseif suspect_back then
       redis.call('ZADD', KEYS[1], 'XX', 0, l.lane)
-    else
+    elseif env or not l.stale then
       redis.call('ZADD', KEYS[1], 'XX', now, l.lane)
       if l.avail > 0 then still[#still + 1] = l end
     end
@@ -205,10 +241,20 @@ if #ready == 0 then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   next_ms = first[2] and tonumber(first[2]) or -1
 end
-local out = {now, tonumber(redis.call('GET', KEYS[10]) or 0), redis.call('ZCARD', KEYS[2]),
-  next_ms, state, redis.call('LLEN', KEYS[14]) + redis.call('HLEN', KEYS[15]), #ready}
+local stale, tiers = 0, {}
+for _, l in ipairs(all_active) do
+  if l.stale then stale = stale + 1 end
+  if l.top ~= l.code then
+    tiers[#tiers + 1] = l.lane
+    tiers[#tiers + 1] = l.top
+  end
+end
+local out = {now, tonumber(redis.call('GET', KEYS[9]) or 0), redis.call('ZCARD', KEYS[2]),
+  next_ms, state, redis.call('LLEN', KEYS[13]) + redis.call('HLEN', KEYS[14]), stale, #ready}
 for _, lane in ipairs(ready) do out[#out + 1] = lane end
 out[#out + 1] = #free
 for _, lane in ipairs(free) do out[#out + 1] = lane end
+out[#out + 1] = #tiers / 2
+for _, v in ipairs(tiers) do out[#out + 1] = v end
 for _, v in ipairs(claims) do out[#out + 1] = v end
 return guard_reply(g, out)

@@ -3,24 +3,26 @@
 --   1. enqueue new requests, each deduplicated and pushed as ONE decision;
 --   2. ack finished claims (their children are already queued by step 1);
 --   3. fail claims (attempt +1, requeue at the back, or dead-letter).
--- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
--- KEYS[6] inflight  KEYS[7] done  KEYS[8] dead  KEYS[9] rids (request id counter)
--- KEYS[10] throughput (HASH 10-second bucket -> requests newly done)
--- KEYS[11] owners (HASH claim token -> worker id: removed with each lease that ends)
--- KEYS[12] revisit (ZSET envelope -> due time in ms: revisit.lua queues it again then)
--- KEYS[13..] seen buckets (SETs of 64-bit integers) and lane queues (a ZSET, then its
---           LIST: lib_settle.lua), by index below
+-- KEYS[1] lanes  KEYS[2] todo  KEYS[3] stats  KEYS[4] leases
+-- KEYS[5] inflight  KEYS[6] done  KEYS[7] dead  KEYS[8] rids (request id counter)
+-- KEYS[9] throughput (HASH 10-second bucket -> requests newly done)
+-- KEYS[10] owners (HASH claim token -> worker id: removed with each lease that ends)
+-- KEYS[11] revisit (ZSET envelope -> due time in ms: revisit.lua queues it again then)
+-- KEYS[12..] seen buckets (SETs of 64-bit integers) and queue LISTs (each followed by
+--           its lane's tier index: lib_settle.lua lane_queue), by index below
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's commit
 -- call key)
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
 -- ARGV[5] the seen set's expiry in ms (LEASED_SEEN_TTL; 0: none)  ARGV[6] the seen-set
 -- generation the keys are for (lib_enqueue.lua)  ARGV[7] n_revisit
 -- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority,
---                   index into KEYS of the lane's queue ZSET, lane, payload,
+--                   index into KEYS of its tier's LIST in its lane, lane, payload,
 --                   queue order code (lib_settle.lua: L, F, S or T)} (lib_enqueue.lua)
 -- then n_ack     x {token, rid, revisit interval in ms (0: none): the acked request is
 --                   queued again that long after the ack (revisit.lua), attempts 0}
--- then n_fail    x {token, reason, permanent (0/1), queue index into KEYS, lane, rid}
+-- then n_fail    x {token, reason, permanent (0/1), index into KEYS of the LIST of
+--                   the claim's regular tier in its lane (where a requeue goes), lane,
+--                   rid, priority: the claim's (checked)}
 -- then n_revisit x {token, priority, lane, payload}: the request of each ack with a
 --                   revisit interval, queued again from this when its lease was lost
 --                   meanwhile (its envelope is gone from inflight) and the ack marks it
@@ -35,23 +37,30 @@
 --          enqueue results (1 queued, 0 duplicate)...,
 --          ack results (bit 1: the lease was still held, bit 2: newly counted done)...,
 --          fail results (2 dead-lettered, 1 requeued, 0 lease no longer held)...}
--- Errors, before changing anything, when a failed claim's lane is not the one given,
+-- Errors, before changing anything, when a failed claim's lane or priority is not the
+-- one given (its requeue would go to another lane's or tier's LIST),
 -- and with 'SEEN_GENERATION <gen>' when the seen set's generation is not ARGV[6].
 local ttl, gen = tonumber(ARGV[5]), tonumber(ARGV[6])
 local gen_error = seen_gen_error(ttl, gen)
 if gen_error then return gen_error end
-local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3], stats = KEYS[4], dead = KEYS[8]}
+local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3], dead = KEYS[7]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
 local fail_at = 8 + 7 * n_enq + 3 * n_ack
 for i = 0, n_fail - 1 do
-  local a = fail_at + 6 * i
-  local env = redis.call('HGET', KEYS[6], ARGV[a])
+  local a = fail_at + 7 * i
+  local env = redis.call('HGET', KEYS[5], ARGV[a])
   if env then
-    local rid, _, _, _, lane = parse_envelope(env)
-    if rid and lane ~= ARGV[a + 4] and (ARGV[a + 5] == '' or rid == ARGV[a + 5]) then
-      return redis.error_reply('commit: claim ' .. ARGV[a] .. ' is in lane ' .. lane ..
-        ', not ' .. ARGV[a + 4])
+    local rid, _, _, priority, lane = parse_envelope(env)
+    if rid and (ARGV[a + 5] == '' or rid == ARGV[a + 5]) then
+      if lane ~= ARGV[a + 4] then
+        return redis.error_reply('commit: claim ' .. ARGV[a] .. ' is in lane ' .. lane ..
+          ', not ' .. ARGV[a + 4])
+      end
+      if tier_code(priority) ~= tier_code(ARGV[a + 6]) then
+        return redis.error_reply('commit: claim ' .. ARGV[a] .. ' has priority ' ..
+          priority .. ', not ' .. ARGV[a + 6])
+      end
     end
   end
 end
@@ -60,7 +69,7 @@ local replayed = guard_replayed(g)
 if replayed then return replayed end
 local out = {}
 local revisit_of = {}
-for i = fail_at + 6 * n_fail, fail_at + 6 * n_fail + 4 * tonumber(ARGV[7]) - 1, 4 do
+for i = fail_at + 7 * n_fail, fail_at + 7 * n_fail + 4 * tonumber(ARGV[7]) - 1, 4 do
   revisit_of[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
 end
 local a = enqueue_new(keys, g, 8, n_enq, out, ttl, gen)
@@ -68,37 +77,37 @@ local done_new, acked, untrusted = 0, 0, 0
 local revisit_now
 for _ = 1, n_ack do
   local token, rid, revisit_ms = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]) or 0
-  local env = redis.call('HGET', KEYS[6], token)
+  local env = redis.call('HGET', KEYS[5], token)
   local held, trusted = 0, false
   if env and parse_envelope(env) == rid then
-    held = redis.call('ZREM', KEYS[5], token)
-    redis.call('HDEL', KEYS[6], token)
-    redis.call('HDEL', KEYS[11], token)
+    held = redis.call('ZREM', KEYS[4], token)
+    redis.call('HDEL', KEYS[5], token)
+    redis.call('HDEL', KEYS[10], token)
     trusted = true
     if revisit_ms > 0 then
       local _, _, _, priority, lane, payload = parse_envelope(env)
       revisit_now = revisit_now or server_ms()
-      redis.call('ZADD', KEYS[12], revisit_now + revisit_ms,
+      redis.call('ZADD', KEYS[11], revisit_now + revisit_ms,
         make_envelope(rid, 0, 0, priority, lane, payload))
       revisit_ms = 0  -- scheduled
     end
   elseif not env then
-    held = redis.call('ZREM', KEYS[5], token)  -- a lease without an envelope goes too
-    if held == 1 then redis.call('HDEL', KEYS[11], token) end
+    held = redis.call('ZREM', KEYS[4], token)  -- a lease without an envelope goes too
+    if held == 1 then redis.call('HDEL', KEYS[10], token) end
     trusted = not guard_before_epoch(g, token)
   end
   local newly_done = 0
   if not trusted then
     untrusted = untrusted + 1
   elseif tonumber(rid) <= MAX_BITMAP_RID then
-    newly_done = 1 - redis.call('SETBIT', KEYS[7], rid, 1)
+    newly_done = 1 - redis.call('SETBIT', KEYS[6], rid, 1)
   else
     newly_done = held
   end
   local again = revisit_of[token]
   if revisit_ms > 0 and newly_done == 1 and again then  -- a stale ack marking it done
     revisit_now = revisit_now or server_ms()
-    redis.call('ZADD', KEYS[12], revisit_now + revisit_ms,
+    redis.call('ZADD', KEYS[11], revisit_now + revisit_ms,
       make_envelope(rid, 0, 0, again[1], again[2], again[3]))
   end
   done_new = done_new + newly_done
@@ -106,16 +115,16 @@ for _ = 1, n_ack do
   acked = acked + held
   a = a + 3
 end
-if acked > 0 then redis.call('HINCRBY', KEYS[4], 'acked', acked) end
-if untrusted > 0 then redis.call('HINCRBY', KEYS[4], 'acked_earlier_epoch', untrusted) end
+if acked > 0 then redis.call('HINCRBY', KEYS[3], 'acked', acked) end
+if untrusted > 0 then redis.call('HINCRBY', KEYS[3], 'acked_earlier_epoch', untrusted) end
 if done_new > 0 then
-  redis.call('HINCRBY', KEYS[4], 'done', done_new)
+  redis.call('HINCRBY', KEYS[3], 'done', done_new)
   local bucket = math.floor(server_ms() / 10000)
-  redis.call('HINCRBY', KEYS[10], bucket, done_new)
-  if redis.call('HLEN', KEYS[10]) > 7 then  -- keep the last 7 buckets (admin.py reads 6)
-    for _, b in ipairs(redis.call('HKEYS', KEYS[10])) do
+  redis.call('HINCRBY', KEYS[9], bucket, done_new)
+  if redis.call('HLEN', KEYS[9]) > 7 then  -- keep the last 7 buckets (admin.py reads 6)
+    for _, b in ipairs(redis.call('HKEYS', KEYS[9])) do
       local n = tonumber(b)
-      if not n or n < bucket - 6 or n > bucket then redis.call('HDEL', KEYS[10], b) end
+      if not n or n < bucket - 6 or n > bucket then redis.call('HDEL', KEYS[9], b) end
     end
   end
 end
@@ -123,21 +132,21 @@ if n_fail > 0 then
   local now = server_ms()
   for _ = 1, n_fail do
     local token, rid = ARGV[a], ARGV[a + 5]
-    local env = redis.call('HGET', KEYS[6], token)
+    local env = redis.call('HGET', KEYS[5], token)
     if env and (rid == '' or parse_envelope(env) == rid)
-        and redis.call('ZREM', KEYS[5], token) == 1 then
-      redis.call('HDEL', KEYS[6], token)
-      redis.call('HDEL', KEYS[11], token)
-      redis.call('HINCRBY', KEYS[4], 'failed', 1)
+        and redis.call('ZREM', KEYS[4], token) == 1 then
+      redis.call('HDEL', KEYS[5], token)
+      redis.call('HDEL', KEYS[10], token)
+      redis.call('HINCRBY', KEYS[3], 'failed', 1)
       out[#out + 1] = 1 + settle_failure(keys, lane_queue(tonumber(ARGV[a + 3])), env, ARGV[a + 1],
         max_attempts, ARGV[a + 2] == '1', now, 0)
     else
-      if not env and redis.call('ZREM', KEYS[5], token) == 1 then
-        redis.call('HDEL', KEYS[11], token)
+      if not env and redis.call('ZREM', KEYS[4], token) == 1 then
+        redis.call('HDEL', KEYS[10], token)
       end
       out[#out + 1] = 0
     end
-    a = a + 6
+    a = a + 7
   end
 end
 return guard_reply(g, out)

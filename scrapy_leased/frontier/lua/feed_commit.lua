@@ -5,9 +5,10 @@
 -- past its deadline and went back to the feed: another worker queues it; or this
 -- worker holds another batch since: a call delayed past its next take), so an entry
 -- is queued once.
--- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] dead
--- KEYS[6] feed_taken  KEYS[7] feed_deadlines
--- KEYS[8..] seen buckets and lane queues (a ZSET, then its LIST), by index below
+-- KEYS[1] lanes  KEYS[2] todo  KEYS[3] stats  KEYS[4] dead
+-- KEYS[5] feed_taken  KEYS[6] feed_deadlines
+-- KEYS[7..] seen buckets and queue LISTs (each followed by its lane's tier index:
+-- lib_settle.lua lane_queue), by index below
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's feed
 -- call key)
 -- ARGV[1] worker id  ARGV[2] n_enqueue  ARGV[3] n_bad  ARGV[4] the seen set's expiry
@@ -22,7 +23,7 @@
 -- Returns {epoch, tokens, rids (lib_guard.lua), held (1: done; 0: the batch was not
 -- this worker's any more, nothing changed), enqueue results (1 queued, 0 duplicate)...}.
 -- stats 'fed' counts the entries taken off the feed (queued, duplicate or dead).
-local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3], stats = KEYS[4]}
+local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3]}
 local ttl, gen = tonumber(ARGV[4]), tonumber(ARGV[5])
 local gen_error = seen_gen_error(ttl, gen)
 if gen_error then return gen_error end
@@ -30,7 +31,7 @@ local g = guard_open()
 local replayed = guard_replayed(g)
 if replayed then return replayed end
 local worker, n_enq, n_bad = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local held = redis.call('HGET', KEYS[6], worker)
+local held = redis.call('HGET', KEYS[5], worker)
 if not held or string.match(held, '^(%d+) ') ~= ARGV[6] then return guard_reply(g, {0}) end
 local out = {1}
 local a = enqueue_new(keys, g, 7, n_enq, out, ttl, gen)
@@ -38,14 +39,14 @@ if n_bad > 0 then
   local now, new = server_ms(), 0
   for _ = 1, n_bad do
     local entry = utf8_clean(ARGV[a])
-    new = new + redis.call('HSET', KEYS[5], 'feed:' .. redis.sha1hex(entry), cjson.encode({
+    new = new + redis.call('HSET', KEYS[4], 'feed:' .. redis.sha1hex(entry), cjson.encode({
       reason = clip(ARGV[a + 1], 2000), attempts = 0, entry = clip(entry, 10000), t = now}))
     a = a + 2
   end
-  if new > 0 then redis.call('HINCRBY', KEYS[4], 'dead', new) end
-  redis.call('HINCRBY', KEYS[4], 'feed_malformed', n_bad)
+  if new > 0 then redis.call('HINCRBY', KEYS[3], 'dead', new) end
+  redis.call('HINCRBY', KEYS[3], 'feed_malformed', n_bad)
 end
-redis.call('HINCRBY', KEYS[4], 'fed', n_enq + n_bad)
-redis.call('HDEL', KEYS[6], worker)
-redis.call('ZREM', KEYS[7], worker)
+redis.call('HINCRBY', KEYS[3], 'fed', n_enq + n_bad)
+redis.call('HDEL', KEYS[5], worker)
+redis.call('ZREM', KEYS[6], worker)
 return guard_reply(g, out)

@@ -24,11 +24,11 @@ end
 -- enqueue_new(keys, g, a, n, out, ttl, gen): queue the n new requests whose ARGV start
 -- at a, seven each: {bucket index into KEYS (0 = no dedupe; with an expiry, the
 -- current generation's SET, the previous one's right after it), member, priority,
--- index into KEYS of the lane's queue ZSET, lane, payload, queue order code
--- (lib_settle.lua: L, F, S or T)}. Each is deduplicated (SADD to its seen bucket) and
--- pushed as ONE decision, with a new rid (guard_rid). Appends 1 (queued) or 0
--- (duplicate) per request to out; counts stats 'enqueued' and 'duplicates'. keys:
--- {seq, lanes, todo, stats}; g: the guard (lib_guard.lua); ttl, gen: the seen set's
+-- index into KEYS of the LIST of its tier in its lane (the lane's tier index right
+-- after it: lib_settle.lua lane_queue), lane, payload, queue order code (lib_settle.lua:
+-- L, F, S or T)}. Each is deduplicated (SADD to its seen bucket) and pushed as ONE
+-- decision, with a new rid (guard_rid). Appends 1 (queued) or 0 (duplicate) per
+-- request to out; counts stats 'enqueued' and 'duplicates'. keys: {lanes, todo, stats}; g: the guard (lib_guard.lua); ttl, gen: the seen set's
 -- expiry (ms, 0: none) and the generation checked by seen_gen_error. Returns the index
 -- of the next ARGV.
 local function enqueue_new(keys, g, a, n, out, ttl, gen)
@@ -47,7 +47,7 @@ local function enqueue_new(keys, g, a, n, out, ttl, gen)
       local rid = guard_rid(g)
       queue_push(keys, lane_queue(tonumber(ARGV[a + 3])), ARGV[a + 4],
         make_envelope(rid, 0, 0, ARGV[a + 2], ARGV[a + 4], ARGV[a + 5]), ARGV[a + 2], false,
-        rid, ARGV[a + 6])
+        ARGV[a + 6])
       out[#out + 1] = 1
       queued = queued + 1
     else

@@ -1,25 +1,32 @@
 -- Shared helpers, prepended by Python to the scripts that queue or settle requests
 -- (commit.lua, claim.lua, recover.lua, release.lua). Not a script on its own.
 --
--- Requests are queued per lane (the key of their rate budget, by default their host).
--- A lane's queue is two keys, always passed together (the LIST right after the ZSET):
---   LIST  regular requests of priority 0 (Scrapy's default, and what every link gets
---         unless DEPTH_PRIORITY or the spider says otherwise), member: the bare
---         envelope. Claims pop the head: a LIFO request is pushed at the head, a FIFO
---         or requeued one at the tail, a released one back at the head;
---   ZSET  every other request: score -priority for regular requests, -priority + 0.5
---         for start requests kept apart (Scrapy's SCHEDULER_START_*_QUEUE: at equal
---         priority, after the regular requests, before the next lower priority).
---         Member "<12-char prefix><envelope>"; equal scores sort by prefix:
---           " " + 11 hex digits of the rid   released (front, in enqueue order)
---           "!" + 11 hex digits of 2^44-1-seq LIFO (newest first)
---           12 hex digits of seq             FIFO, and requeued requests (at the back)
---         (space < "!" < every digit), seq a fresh number from the `seq` counter.
+-- Requests are queued per lane (the key of their rate budget, by default their host),
+-- and within a lane per tier: a priority, and for start requests kept apart (Scrapy's
+-- SCHEDULER_START_*_QUEUE) a tier of their own after the regular requests of that
+-- priority, before the next lower priority. Tier codes: "p<priority>" regular, "s<priority>"
+-- start requests (keys.py tier_code), ranked by -priority, + 0.5 for start tiers
+-- (keys.py tier_rank). A lane's queue is:
+--   LIST  `fifo:<lane>` tier p0, regular requests of priority 0 (Scrapy's default, and
+--         what every link gets unless DEPTH_PRIORITY or the spider says otherwise);
+--   LIST  `tier:<code>:<lane>` one per other tier that has queued requests;
+--   ZSET  `queue:<lane>` the lane's tier index: the codes of those other tiers,
+--         scored by rank. A tier is in it exactly while its LIST exists (the push that
+--         creates the LIST adds it, the pop that empties it removes it), so it stays
+--         as small as the number of tiers in use.
+-- Members are bare envelopes. Claims serve the lowest rank first (p0 ranks 0: before
+-- s0 and every negative priority, after every positive one), each tier from its head:
+-- a LIFO request is pushed at the head, a FIFO or requeued one at the tail, a released
+-- one back at the head (release.lua pushes them in reverse, so they keep their order).
 -- Queue order codes (queue_push's `order`, from the worker): "L" regular LIFO,
 -- "F" regular FIFO, "S" start FIFO, "T" start LIFO; nil: at the back, FIFO (requeues:
 -- a requeued request is queued as a regular request of its priority).
--- A LIST entry costs about its length; a ZSET member of a large ZSET also pays a
--- skiplist node and a dict entry, about 110 bytes more (BENCHMARKS.md, section 2).
+-- Every key is passed in KEYS (Redis Cluster): the caller names the LIST of the tier it
+-- pushes to, the lane's tier index right after it (lane_queue), so the caller knows
+-- each request's tier (its priority is in its envelope). A claim cannot pop a tier it
+-- was not given the key of: see claim.lua.
+-- A LIST entry costs about its length (BENCHMARKS.md, section 2b); a ZSET member of a
+-- large ZSET (the layout before this one) also paid a skiplist node and a dict entry.
 -- The `lanes` ZSET (lane -> time from which it may be served, ms) holds every lane that
 -- has queued requests, and `todo` counts them.
 --
@@ -94,32 +101,40 @@ local function utf8_clean(s)
   return table.concat(parts)
 end
 
--- The queue of a lane whose ZSET is KEYS[i] (its LIST is KEYS[i + 1]).
-local function lane_queue(i)
-  return {z = KEYS[i], l = KEYS[i + 1]}
+-- The tier code of a priority (an integer, as a string) and start flag (keys.py
+-- tier_code), and its rank in the tier index (keys.py tier_rank).
+local function tier_code(priority, start)
+  local p = tonumber(priority)
+  if p == math.floor(p) and math.abs(p) < 9007199254740992 then
+    priority = string.format('%d', p)
+  end
+  return (start and 's' or 'p') .. priority
 end
 
--- keys: {seq, lanes, todo}; q: the lane's queue (lane_queue); order: see above.
-local function queue_push(keys, q, lane, env, priority, front, rid, order)
+local function tier_rank(priority, start)
+  return -tonumber(priority) + (start and 0.5 or 0)
+end
+
+-- A queue LIST at KEYS[i] (a lane's fifo LIST or one of its tier LISTs), its lane's
+-- tier index at KEYS[i + 1].
+local function lane_queue(i)
+  return {l = KEYS[i], idx = KEYS[i + 1]}
+end
+
+-- keys: {lanes, todo}; q: the LIST of the request's tier in its lane (lane_queue; the
+-- caller's: a start request of priority 0 or any request of another priority goes to
+-- its tier's LIST, a regular one of priority 0 to the fifo LIST); front: a released
+-- request (at the head); order: see above.
+local function queue_push(keys, q, lane, env, priority, front, order)
   local start = order == 'S' or order == 'T'
-  if tonumber(priority) == 0 and not start then
-    if front or order == 'L' then
-      redis.call('LPUSH', q.l, env)
-    else
-      redis.call('RPUSH', q.l, env)
-    end
+  local n
+  if front or order == 'L' or order == 'T' then
+    n = redis.call('LPUSH', q.l, env)
   else
-    local prefix
-    if front then
-      prefix = ' ' .. string.format('%011x', rid)
-    elseif order == 'L' or order == 'T' then
-      prefix = '!' .. string.format('%011x', 17592186044415 - redis.call('INCR', keys.seq))
-    else
-      prefix = string.format('%012x', redis.call('INCR', keys.seq))
-    end
-    local score = -tonumber(priority)
-    if start then score = score + 0.5 end
-    redis.call('ZADD', q.z, score, prefix .. env)
+    n = redis.call('RPUSH', q.l, env)
+  end
+  if n == 1 and (start or tonumber(priority) ~= 0) then
+    redis.call('ZADD', q.idx, tier_rank(priority, start), tier_code(priority, start))
   end
   redis.call('ZADD', keys.lanes, 'NX', 0, lane)
   redis.call('INCR', keys.todo)
@@ -128,7 +143,8 @@ end
 -- Count one failed attempt of an envelope taken out of processing; requeue it at the
 -- back of its priority, or park it in the dead letters once max_attempts is reached
 -- (at once when permanent). expired is 1 when the lease expired, else 0.
--- keys: {seq, lanes, todo, dead, stats}; q: the queue of the envelope's lane.
+-- keys: {lanes, todo, dead, stats}; q: the LIST of the envelope's regular tier (its
+-- priority) in its lane, and the lane's tier index (lane_queue).
 -- Returns 1 when parked, 0 when requeued.
 local function settle_failure(keys, q, env, reason, max_attempts, permanent, now_ms,
                               expired)

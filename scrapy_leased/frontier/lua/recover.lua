@@ -7,26 +7,28 @@
 -- A lease of a claim issued before the current epoch (lib_guard.lua: Redis restarted or
 -- went back in time since) is requeued without counting an attempt: Redis may have
 -- forgotten the ack of a worker that finished it, or the renewals of one that lives.
--- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
--- KEYS[6] inflight  KEYS[7] dead  KEYS[8] owners (HASH token -> worker id: removed with
--- each lease recovered)  KEYS[9..] lane queues (a ZSET, then its LIST)
+-- KEYS[1] lanes  KEYS[2] todo  KEYS[3] stats  KEYS[4] leases
+-- KEYS[5] inflight  KEYS[6] dead  KEYS[7] owners (HASH token -> worker id: removed with
+-- each lease recovered)  KEYS[8..] queue LISTs, each followed by its lane's tier index
+-- (lib_settle.lua lane_queue)
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, any key)
--- ARGV[1] max_attempts, then pairs {token, index into KEYS of its lane's queue ZSET},
+-- ARGV[1] max_attempts, then pairs {token, index into KEYS of the LIST of the regular
+-- tier of its envelope's priority in its lane},
 -- then the guard's four ARGV (call id '', epoch, token, rid seen)
 -- Returns {epoch, tokens, rids (lib_guard.lua), requeued, dead-lettered, requeued
 -- without an attempt}; stats 'recovered' and 'recovered_epoch' count the requeued.
 local g = guard_open()
-local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3], stats = KEYS[4], dead = KEYS[7]}
+local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3], dead = KEYS[6]}
 local now = server_ms()
 local requeued, dead, forgiven = 0, 0, 0
 for i = 2, #ARGV - GUARD_ARGS, 2 do
   local token = ARGV[i]
-  local deadline = redis.call('ZSCORE', KEYS[5], token)
+  local deadline = redis.call('ZSCORE', KEYS[4], token)
   if deadline and tonumber(deadline) <= now then
-    redis.call('ZREM', KEYS[5], token)
-    local env = redis.call('HGET', KEYS[6], token)
-    redis.call('HDEL', KEYS[6], token)
-    redis.call('HDEL', KEYS[8], token)
+    redis.call('ZREM', KEYS[4], token)
+    local env = redis.call('HGET', KEYS[5], token)
+    redis.call('HDEL', KEYS[5], token)
+    redis.call('HDEL', KEYS[7], token)
     if env then
       local q = lane_queue(tonumber(ARGV[i + 1]))
       local rid, _, _, priority, lane = parse_envelope(env)
@@ -42,6 +44,6 @@ for i = 2, #ARGV - GUARD_ARGS, 2 do
     end
   end
 end
-if requeued > 0 then redis.call('HINCRBY', KEYS[4], 'recovered', requeued) end
-if forgiven > 0 then redis.call('HINCRBY', KEYS[4], 'recovered_epoch', forgiven) end
+if requeued > 0 then redis.call('HINCRBY', KEYS[3], 'recovered', requeued) end
+if forgiven > 0 then redis.call('HINCRBY', KEYS[3], 'recovered_epoch', forgiven) end
 return guard_reply(g, {requeued, dead, forgiven})

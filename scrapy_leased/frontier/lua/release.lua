@@ -5,20 +5,22 @@
 -- leaves the registry.
 -- Only the caller's own claims are released: a token whose owner (the `owners` HASH)
 -- is another worker, or that has no owner, is left alone and not counted.
--- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] leases
--- KEYS[6] inflight  KEYS[7] workers  KEYS[8] worker_info  KEYS[9] owners (HASH claim
--- token -> worker id)  KEYS[10..] lane queues (a ZSET, then its LIST: lib_settle.lua)
+-- KEYS[1] lanes  KEYS[2] todo  KEYS[3] stats  KEYS[4] leases
+-- KEYS[5] inflight  KEYS[6] workers  KEYS[7] worker_info  KEYS[8] owners (HASH claim
+-- token -> worker id)  KEYS[9..] queue LISTs, each followed by its lane's tier index
+-- (lib_settle.lua lane_queue)
 -- ARGV[1] worker id ('' = none: nothing is released), then pairs {token, index into
--- KEYS of its lane's queue ZSET}
+-- KEYS of the LIST of the regular tier of its envelope's priority in its lane (the
+-- caller read the envelopes)}
 -- Returns the number of requests released.
-local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3]}
+local keys = {lanes = KEYS[1], todo = KEYS[2]}
 local back = {}
 for i = 2, #ARGV, 2 do
-  if ARGV[1] ~= '' and redis.call('HGET', KEYS[9], ARGV[i]) == ARGV[1]
-      and redis.call('ZREM', KEYS[5], ARGV[i]) == 1 then
-    redis.call('HDEL', KEYS[9], ARGV[i])
-    local env = redis.call('HGET', KEYS[6], ARGV[i])
-    redis.call('HDEL', KEYS[6], ARGV[i])
+  if ARGV[1] ~= '' and redis.call('HGET', KEYS[8], ARGV[i]) == ARGV[1]
+      and redis.call('ZREM', KEYS[4], ARGV[i]) == 1 then
+    redis.call('HDEL', KEYS[8], ARGV[i])
+    local env = redis.call('HGET', KEYS[5], ARGV[i])
+    redis.call('HDEL', KEYS[5], ARGV[i])
     local rid, priority, lane
     if env then
       local _a, _e
@@ -33,11 +35,11 @@ end
 -- Highest rid first: each push to the front goes before the one pushed before it.
 table.sort(back, function(x, y) return x.rid > y.rid end)
 for _, b in ipairs(back) do
-  queue_push(keys, b.q, b.lane, b.env, b.priority, true, b.rid)
+  queue_push(keys, b.q, b.lane, b.env, b.priority, true)
 end
-if #back > 0 then redis.call('HINCRBY', KEYS[4], 'released', #back) end
+if #back > 0 then redis.call('HINCRBY', KEYS[3], 'released', #back) end
 if ARGV[1] ~= '' then
-  redis.call('ZREM', KEYS[7], ARGV[1])
-  redis.call('HDEL', KEYS[8], ARGV[1])
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  redis.call('HDEL', KEYS[7], ARGV[1])
 end
 return #back

@@ -4,18 +4,21 @@
 -- way commit.lua queues a new request (queue_push, lib_settle.lua). The request keeps
 -- its rid, so the done bitmap still counts it once. Each letter is removed from the
 -- dead letters in the same step.
--- KEYS[1] seq  KEYS[2] lanes  KEYS[3] todo  KEYS[4] stats  KEYS[5] dead  KEYS[6] done
--- KEYS[7..] lane queues (a ZSET, then its LIST), referred to by index below
--- ARGV: n x {rid (field of the dead HASH), index of its lane's queue ZSET in KEYS, lane}
+-- KEYS[1] lanes  KEYS[2] todo  KEYS[3] stats  KEYS[4] dead  KEYS[5] done
+-- KEYS[6..] queue LISTs, each followed by its lane's tier index (lib_settle.lua
+-- lane_queue), referred to by index below
+-- ARGV: n x {rid (field of the dead HASH), index in KEYS of the LIST of the regular tier
+-- of its priority in its lane, lane, priority}
 -- Returns {requeued, missing (no such dead letter any more), already done (their
 -- request was processed meanwhile: the letter is dropped), unreadable (not an
--- envelope of the given lane: the letter is kept)}.
+-- envelope of the given lane and priority: the letter is kept)}.
 -- stats 'requeued_dead' counts the requeued letters.
-local keys = {seq = KEYS[1], lanes = KEYS[2], todo = KEYS[3]}
+local keys = {lanes = KEYS[1], todo = KEYS[2]}
 local requeued, missing, done, unreadable = 0, 0, 0, 0
-for a = 1, #ARGV, 3 do
+for a = 1, #ARGV, 4 do
   local field, queue, want_lane = ARGV[a], lane_queue(tonumber(ARGV[a + 1])), ARGV[a + 2]
-  local raw = redis.call('HGET', KEYS[5], field)
+  local want_tier = tier_code(ARGV[a + 3])
+  local raw = redis.call('HGET', KEYS[4], field)
   if not raw then
     missing = missing + 1
   else
@@ -25,18 +28,18 @@ for a = 1, #ARGV, 3 do
       local _a, _e
       rid, _a, _e, priority, lane, payload = parse_envelope(letter.envelope)
     end
-    if not rid or lane ~= want_lane then
+    if not rid or lane ~= want_lane or tier_code(priority) ~= want_tier then
       unreadable = unreadable + 1
-    elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[6], rid) == 1 then
-      redis.call('HDEL', KEYS[5], field)
+    elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
+      redis.call('HDEL', KEYS[4], field)
       done = done + 1
     else
       queue_push(keys, queue, lane, make_envelope(rid, 0, 0, priority, lane, payload),
         priority, false)
-      redis.call('HDEL', KEYS[5], field)
+      redis.call('HDEL', KEYS[4], field)
       requeued = requeued + 1
     end
   end
 end
-if requeued > 0 then redis.call('HINCRBY', KEYS[4], 'requeued_dead', requeued) end
+if requeued > 0 then redis.call('HINCRBY', KEYS[3], 'requeued_dead', requeued) end
 return {requeued, missing, done, unreadable}
