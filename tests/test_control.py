@@ -59,6 +59,16 @@ def start_fleet(start_worker, redis_server, crawl_id, site, n=3, settings=None):
             for i in range(n)]
 
 
+def fleet_under_way(start_worker, redis_server, make_site, crawl_id, pages):
+    """A 3-worker fleet crawling a site of ``pages`` slow pages, once 60 are done (the
+    crawl is well under way): the site, the workers and a Redis client."""
+    site = make_site(pages=pages, delay=0.2)
+    ws = start_fleet(start_worker, redis_server, crawl_id, site)
+    r = redis_server.client()
+    wait_for(lambda: stat(r, crawl_id, "done") >= 60, WAIT, "60 pages done", ws)
+    return site, ws, r
+
+
 def test_pause_stops_fetching_keeps_leases_and_resume_finishes(redis_server, make_site,
                                                                 start_worker, crawl_id):
     """``pause`` during a 3-worker crawl: once every worker has seen it and finished what
@@ -67,10 +77,7 @@ def test_pause_stops_fetching_keeps_leases_and_resume_finishes(redis_server, mak
     a worker started while paused obeys it from its first claim;
     ``resume`` continues and the crawl finishes with every page fetched once."""
     pages = 1000
-    site = make_site(pages=pages, delay=0.2)
-    ws = start_fleet(start_worker, redis_server, crawl_id, site)
-    r = redis_server.client()
-    wait_for(lambda: stat(r, crawl_id, "done") >= 60, WAIT, "60 pages done", ws)
+    site, ws, r = fleet_under_way(start_worker, redis_server, make_site, crawl_id, pages)
 
     out = control(redis_server.url, crawl_id, "pause")
     assert "paused (was running" in out, out
@@ -120,10 +127,7 @@ def test_stop_closes_every_worker_and_a_restart_continues(redis_server, make_sit
     a new start continues where the fleet stopped: no page is fetched twice, except the
     start request, which a new run of the crawl sends again (it is ``dont_filter``)."""
     pages = 1000
-    site = make_site(pages=pages, delay=0.2)
-    ws = start_fleet(start_worker, redis_server, crawl_id, site)
-    r = redis_server.client()
-    wait_for(lambda: stat(r, crawl_id, "done") >= 60, WAIT, "60 pages done", ws)
+    site, ws, r = fleet_under_way(start_worker, redis_server, make_site, crawl_id, pages)
 
     out = control(redis_server.url, crawl_id, "stop")
     assert "stopping (was running" in out, out
