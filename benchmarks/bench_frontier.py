@@ -78,7 +78,7 @@ IDLE_POLL_S = 0.2
 LEASE_MS = 30_000
 TRIVIAL = "return 1"
 LUA_DIR = REPO_ROOT / "scrapy_leased" / "frontier" / "lua"
-_CALL_RE = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'")
+_CALL_RE = re.compile(r"(?:redis\.p?call|batch_call)\(\s*'([A-Za-z]+)'")
 
 
 # -- links ----------------------------------------------------------------------------

@@ -1111,15 +1111,18 @@ def test_no_operation_scans_the_processing_set():
             r.config_resetstat()
             assert await f.recover() == (0, 0, 0)
             st = commandstats(r)
-            assert st == {"evalsha": 1, "time": 1, "zrangebyscore": 1, "zcount": 1}, st
+            # (fewer expired than the batch: none left, no zcount)
+            assert st == {"evalsha": 1, "time": 1, "zrangebyscore": 1}, st
 
             scores0 = lease_scores(r, keys)
             r.config_resetstat()
             assert await f.renew("w", tokens[:5]) == []
             st = commandstats(r)
-            # heartbeat + 5 leases, each checked to be the caller's (owners: hget), the
-            # control state (hget), and the guard (lib_guard.lua: INFO, not counted here)
-            assert st == {"evalsha": 1, "time": 1, "zadd": 6, "hget": 6, **GUARD}, st
+            # heartbeat (zadd) + the 5 leases read at once, checked to be the caller's
+            # (owners: hmget) and held (zmscore), extended at once (zadd), the control
+            # state (hget), and the guard (lib_guard.lua: INFO, not counted here)
+            assert st == {"evalsha": 1, "time": 1, "zadd": 2, "hget": 1, "zmscore": 1,
+                          **GUARD, "hmget": GUARD["hmget"] + 1}, st
             assert_guard_called(r)
             scores1 = lease_scores(r, keys)
             assert {t for t in tokens if scores1[t] != scores0[t]} == set(tokens[:5])
@@ -1139,11 +1142,13 @@ def test_no_operation_scans_the_processing_set():
             t, e = claims[-1]
             assert await f.ack(t, e.rid) == 3
             st = commandstats(r)
-            # + the throughput bucket: time, hincrby, hlen (old buckets pruned past 7);
-            # the claim is checked: hget of its envelope; the commit's reply is kept: set;
-            # its envelope and owner deleted: hdel 2
+            # + the throughput bucket: time, hincrby, hlen (a new bucket: old buckets
+            # pruned past 7); the claim is checked: hmget of its envelope; the commit's
+            # reply is kept: set; its lease, envelope and owner deleted: zrem (its reply:
+            # was it held), hdel 2; done: setbit
             assert st == {"evalsha": 1, "zrem": 1, "hdel": 2, "setbit": 1, "hincrby": 3,
-                          "time": 1, "hget": 1, "hlen": 1, **GUARD, **CALL_ID,
+                          "time": 1, "hlen": 1, **GUARD, **CALL_ID,
+                          "hmget": GUARD["hmget"] + 1,
                           "get": GUARD["get"] + CALL_ID["get"]}, st
 
             r.config_resetstat()
@@ -1159,6 +1164,75 @@ def test_no_operation_scans_the_processing_set():
 
         async def main():
             fr = new_frontier(srv.url, "cost", lease_ms=600_000)
+            try:
+                await body(fr, r)
+            finally:
+                await fr.client.aclose()
+
+        asyncio.run(main())
+
+
+def test_claims_and_acks_write_once_per_call_not_per_request():
+    """A claim of 16 requests from 2 lanes and a commit acking 16 claims run the same
+    bookkeeping commands as a claim and an ack of one: only taking a request off its
+    queue (zrange, lpop) and checking it is not done (getbit) are per request, whether
+    its lane's queue is now empty (exists) per lane served, and marking an ack's request
+    done (setbit) per ack. Before,
+    each claimed request ran get + decr todo, set tokens, zadd leases, hset inflight,
+    hset owners, exists + zadd lanes; each ack hget, zrem, hdel 2 and setbit (now hmget,
+    zmscore, zrem and hdel 2 for all the acks of a call, and a setbit each)."""
+    with RedisServer() as srv:  # private: CONFIG RESETSTAT must not disturb other tests
+        keys = CrawlKeys("percall")
+        lanes = [("a", NO_BUDGET), ("b", NO_BUDGET)]
+
+        async def body(f, r):
+            await f.enqueue([NewRequest(f"{lane}{i}", lane=lane) for i in range(40)
+                             for lane in ("a", "b")])
+            first = (await f.claim(1, "w", lanes)).claims  # loads the script (no SCRIPT LOAD)
+            counts = {}
+            for n in (1, 16):
+                r.config_resetstat()
+                res = await f.claim(n, "w", lanes)
+                assert len(res.claims) == n
+                counts[n] = (commandstats(r), res.claims)
+            one, many = counts[1][0], counts[16][0]
+            per_request = {"zrange", "lpop", "getbit"}
+            assert {c: v for c, v in one.items() if c not in per_request | {"exists"}} \
+                == {c: v for c, v in many.items() if c not in per_request | {"exists"}}, \
+                (one, many)
+            for c in per_request:
+                assert (one[c], many[c]) == (1, 16), (c, one, many)
+            assert (one["exists"], many["exists"]) == (1, 2)  # per lane served: empty yet?
+            assert many["zadd"] == 1 + 1 + 1  # heartbeat, leases, both lanes' times
+            assert many["hset"] == 2 and many["set"] == 2  # inflight, owners; tokens, reply
+            # what the calls left behind, as before: leases, envelopes, owners, todo
+            claims = first + counts[1][1] + counts[16][1]
+            assert r.zcard(keys.leases) == 18 and int(r.get(keys.todo)) == 80 - 18
+            assert r.hgetall(keys.owners) == {str(t): "w" for t, _ in claims}
+            assert int(r.get(keys.tokens)) == max(t for t, _ in claims)
+            assert r.hget(keys.stats, "claimed") == "18"
+            assert [r.zscore(keys.lanes, lane) for lane in "ab"] == [res.now_ms] * 2
+
+            acks = {}
+            for batch in (claims[1:2], claims[2:18]):
+                r.config_resetstat()
+                out = await f.commit(acks=[(t, e.rid) for t, e in batch])
+                assert out.acks == [3] * len(batch)
+                acks[len(batch)] = commandstats(r)
+            acks[1].pop("hlen", None)  # the first done of a bucket only: old ones pruned
+            acks[16].pop("hlen", None)
+            # one ack: its zrem tells whether it was held; several: zmscore first. Done
+            # bits: one setbit per ack
+            assert acks[16].pop("zmscore") == 1
+            assert (acks[1].pop("setbit"), acks[16].pop("setbit")) == (1, 16)
+            assert acks[1] == acks[16], acks
+            assert r.zcard(keys.leases) == 1 and r.hlen(keys.inflight) == 1
+            assert r.hget(keys.stats, "done") == "17"
+
+        r = srv.client(decode_responses=True)
+
+        async def main():
+            fr = new_frontier(srv.url, "percall")
             try:
                 await body(fr, r)
             finally:

@@ -25,15 +25,16 @@ from redis.exceptions import NoScriptError
 
 #: The shared helper files (lib_*.lua) each script gets prepended, in this order.
 LIBS: dict[str, tuple[str, ...]] = {
-    "claim": ("lib_time", "lib_envelope", "lib_settle", "lib_rate", "lib_guard"),
-    "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue"),
+    "claim": ("lib_time", "lib_envelope", "lib_settle", "lib_rate", "lib_guard", "lib_batch"),
+    "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
+               "lib_batch"),
     "feed_take": ("lib_time",),  # the feed (feed/drain.py): a batch taken off it
     # layout: the seen-set layout, recorded once (Frontier.check_layout)
     "feed_commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue"),
-    "expired": ("lib_time",),
+    "expired": ("lib_time", "lib_batch"),
     "recover": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
     "revisit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
-    "renew": ("lib_guard",),
+    "renew": ("lib_guard", "lib_batch"),
     "release": ("lib_envelope", "lib_settle"),
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),

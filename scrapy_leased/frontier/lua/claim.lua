@@ -167,16 +167,55 @@ local function queue_pop(l)
 end
 
 local all_active = {unpack(active)}
+-- The loop pops and decides; what it decides is written once per call after it: the
+-- leases (one variadic ZADD, HSET inflight, HSET owners, after the tokens key), todo,
+-- the lanes' times (one ZADD, one ZREM) and the counters. Nothing in the loop reads
+-- those keys (a dead-lettered member is parked, not requeued).
 local claims = {}
+local leases, owners = {}, {}  -- and claims: {token, envelope, ...} is inflight's HSET
+local deadline = now + lease_ms
 local got, stop = 0, false
+local popped, put_back_n, skipped = 0, 0, 0
+-- lane -> its first candidate entry popped from, whose `left` is what the lane's
+-- latest pop left ('now', 'zero' or 'gone': a lane may be named twice)
+local popped_from = {}
+local function touch(l, left)
+  local first = popped_from[l.lane]
+  if not first then
+    first = l
+    popped_from[l.lane] = l
+  end
+  first.left = left
+end
+-- lane -> the candidate entry whose latest pop took the head of a tier's LIST, not
+-- checked for emptiness yet. A tier's LIST emptied leaves the index (and l.top becomes
+-- the next tier): checked once, after the loop, or before another entry naming the
+-- same lane pops from it (its queue_pop must see the index as it is). The same entry
+-- popping again needs no check: its queue_pop drops a tier listed without a LIST.
+-- Returns true when the tier's LIST still exists (the lane is not empty).
+local unchecked = {}
+local function check_tier(l)
+  unchecked[l.lane] = nil
+  if redis.call('EXISTS', l.tier) == 1 then return true end
+  redis.call('ZREM', l.idx, l.code)
+  l.top = redis.call('ZRANGE', l.idx, 0, 0)[1] or ''
+  return false
+end
 while got < want and #active > 0 and not stop do
   local still = {}
   for _, l in ipairs(active) do
     if got >= want or stop then break end
+    local pending = unchecked[l.lane]
+    if pending and pending ~= l then check_tier(pending) end
     local env, from, tiered = queue_pop(l)
-    local suspect_back = false
+    if tiered then
+      unchecked[l.lane] = l
+    elseif pending == l then  -- its queue_pop read the index again: nothing to check
+      unchecked[l.lane] = nil
+    end
     if env then
-      if tonumber(redis.call('GET', KEYS[9]) or 0) > 0 then redis.call('DECR', KEYS[9]) end
+      popped = popped + 1
+      touch(l, 'now')  -- unless its queue is empty now: checked after the loop
       local rid, _, expiries = parse_envelope(env)
       if not rid then
         settle_failure(keys, nil, env, 'queue member is not an envelope', 1, true, now, 0)
@@ -184,17 +223,19 @@ while got < want and #active > 0 and not stop do
         settle_failure(keys, nil, utf8_clean(env), 'queue member is not valid UTF-8', 1,
           true, now, 0)
       elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
-        redis.call('HINCRBY', KEYS[6], 'skipped_done', 1)
+        skipped = skipped + 1
       elseif expiries ~= '0' and (got > 0 or continues) then
         redis.call('LPUSH', from, env)  -- a suspect goes alone: next call, its lane first
-        redis.call('INCR', KEYS[9])
+        put_back_n = 1
         stop = true
-        suspect_back = true
+        l.suspect = true
+        touch(l, 'zero')
       else
         local token = int_str(guard_token(g))
-        redis.call('ZADD', KEYS[2], now + lease_ms, token)
-        redis.call('HSET', KEYS[3], token, env)
-        redis.call('HSET', KEYS[10], token, ARGV[3])
+        leases[#leases + 1] = deadline
+        leases[#leases + 1] = token
+        owners[#owners + 1] = token
+        owners[#owners + 1] = ARGV[3]
         claims[#claims + 1] = token
         claims[#claims + 1] = env
         got = got + 1
@@ -202,39 +243,66 @@ while got < want and #active > 0 and not stop do
         l.took = l.took + 1
         if expiries ~= '0' then stop = true end
       end
-    end
-    local empty
-    if tiered then  -- a tier's LIST: emptied, it leaves the index
-      empty = false
-      if redis.call('EXISTS', from) == 0 then
-        redis.call('ZREM', l.idx, l.code)
-        l.top = redis.call('ZRANGE', l.idx, 0, 0)[1] or ''
-        empty = l.top == '' and redis.call('EXISTS', l.p0) == 0
-      end
-    else
-      empty = redis.call('EXISTS', l.idx, l.p0) == 0
-    end
-    if empty then
-      redis.call('ZREM', KEYS[1], l.lane)
-    elseif suspect_back then
-      redis.call('ZADD', KEYS[1], 'XX', 0, l.lane)
-    elseif env or not l.stale then
-      redis.call('ZADD', KEYS[1], 'XX', now, l.lane)
-      if l.avail > 0 then still[#still + 1] = l end
-    end
+      if not l.suspect and l.avail > 0 then still[#still + 1] = l end
+    elseif not l.stale then
+      touch(l, 'gone')  -- nothing left: the lane leaves `lanes`
+    end  -- stale: its top tier is not the one passed; the lane stays as it is
   end
   active = still
+end
+guard_flush(g)  -- the tokens key first: never below a token held in leases
+batch_call('ZADD', KEYS[2], leases)
+batch_call('HSET', KEYS[3], claims)
+batch_call('HSET', KEYS[10], owners)
+-- todo, as if decremented at each pop (never below 0) and raised by a suspect put back
+-- (popped >= put_back_n: the suspect put back was popped too)
+local todo
+if popped > 0 then
+  todo = redis.call('DECRBY', KEYS[9], popped - put_back_n)
+  if todo < put_back_n then  -- it counted fewer than were popped (queued by hand)
+    todo = put_back_n
+    redis.call('SET', KEYS[9], todo)
+  end
+else
+  todo = tonumber(redis.call('GET', KEYS[9]) or 0)
+end
+-- The tiers whose LIST the lanes' latest pops took from: emptied, they leave the index.
+local live = {}  -- lane -> its latest pop's tier LIST still exists
+for lane, l in pairs(unchecked) do
+  live[lane] = check_tier(l)
+end
+-- The lanes popped from, as their latest pop left them: out of `lanes` when empty,
+-- else behind the lanes not served yet (now), or first for the next call when a suspect
+-- went back (0); then at the time their budget lets the next claim through, if later.
+local gone = {}
+for lane, l in pairs(popped_from) do
+  if l.left == 'gone' or (l.left == 'now' and not live[lane]
+      and redis.call('EXISTS', l.idx, l.p0) == 0) then
+    gone[#gone + 1] = lane
+    popped_from[lane] = nil
+  else
+    l.at = l.left == 'zero' and 0 or now
+  end
 end
 local free = {}  -- lanes claimed from with nothing to enforce (interval 0)
 for _, l in ipairs(all_active) do
   if l.took > 0 and l.interval > 0 then
     local next_claim = rate_claimed(l.rate, l.took, l.interval, l.burst, now)
-    if next_claim > now then redis.call('ZADD', KEYS[1], 'XX', next_claim, l.lane) end
+    local first = popped_from[l.lane]
+    if next_claim > now and first then first.at = next_claim end
   elseif l.took > 0 then
     free[#free + 1] = l.lane
   end
 end
+local times = {}
+for lane, l in pairs(popped_from) do
+  times[#times + 1] = l.at
+  times[#times + 1] = lane
+end
+batch_call('ZREM', KEYS[1], gone)
+batch_call('ZADD', KEYS[1], times, 'XX')
 if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', got) end
+if skipped > 0 then redis.call('HINCRBY', KEYS[6], 'skipped_done', skipped) end
 local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
 local next_ms = now
 if #ready == 0 then
@@ -249,7 +317,7 @@ for _, l in ipairs(all_active) do
     tiers[#tiers + 1] = l.top
   end
 end
-local out = {now, tonumber(redis.call('GET', KEYS[9]) or 0), redis.call('ZCARD', KEYS[2]),
+local out = {now, todo, redis.call('ZCARD', KEYS[2]),
   next_ms, state, redis.call('LLEN', KEYS[13]) + redis.call('HLEN', KEYS[14]), stale, #ready}
 for _, lane in ipairs(ready) do out[#out + 1] = lane end
 out[#out + 1] = #free

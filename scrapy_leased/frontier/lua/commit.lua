@@ -73,27 +73,49 @@ for i = fail_at + 7 * n_fail, fail_at + 7 * n_fail + 4 * tonumber(ARGV[7]) - 1, 
   revisit_of[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
 end
 local a = enqueue_new(keys, g, 8, n_enq, out, ttl, gen)
+-- The acks, each decided in order as if alone (a token named twice is settled by its
+-- first ack), with their reads and deletes sent once per call: the envelopes (HMGET)
+-- and leases (ZMSCORE; a lone ack takes its ZREM's reply) of the claims named, then the
+-- leases, envelopes and owners of the claims settled (ZREM, HDEL, HDEL) and the
+-- revisits (one ZADD, in order). The done bits stay one SETBIT each: as cheap as a
+-- BITFIELD of them up to ~8 rids, and a commit rarely acks more.
+local now_ms  -- Redis TIME, read once when needed
 local done_new, acked, untrusted = 0, 0, 0
-local revisit_now
-for _ = 1, n_ack do
-  local token, rid, revisit_ms = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]) or 0
-  local env = redis.call('HGET', KEYS[5], token)
+local tokens = {}
+for i = 0, n_ack - 1 do tokens[i + 1] = ARGV[a + 3 * i] end
+local envs = batch_call('HMGET', KEYS[5], tokens, nil, true)
+local scores = n_ack > 1 and batch_call('ZMSCORE', KEYS[4], tokens, nil, true)
+local gone = {}  -- token -> 1: its lease ended in this call, 2: its envelope too
+local zrem, hdel_env, hdel_owner, revisits = {}, {}, {}, nil
+for i = 1, n_ack do
+  local token, rid = tokens[i], ARGV[a + 1]
+  local revisit_ms = tonumber(ARGV[a + 2]) or 0
+  local was = gone[token]
+  local env = was ~= 2 and envs[i] or nil
   local held, trusted = 0, false
-  if env and parse_envelope(env) == rid then
-    held = redis.call('ZREM', KEYS[4], token)
-    redis.call('HDEL', KEYS[5], token)
-    redis.call('HDEL', KEYS[10], token)
+  local mine = env and parse_envelope(env) == rid
+  if (mine or not env) and not was then  -- its lease, if held, ends (one without an
+    gone[token] = env and 2 or 1         -- envelope too)
+    if not scores then
+      held = redis.call('ZREM', KEYS[4], token)
+    elseif scores[i] then
+      held = 1
+      zrem[#zrem + 1] = token
+    end
+  end
+  if mine then
+    hdel_env[#hdel_env + 1] = token
+    hdel_owner[#hdel_owner + 1] = token
     trusted = true
     if revisit_ms > 0 then
       local _, _, _, priority, lane, payload = parse_envelope(env)
-      revisit_now = revisit_now or server_ms()
-      redis.call('ZADD', KEYS[11], revisit_now + revisit_ms,
-        make_envelope(rid, 0, 0, priority, lane, payload))
+      now_ms, revisits = now_ms or server_ms(), revisits or {}
+      revisits[#revisits + 1] = now_ms + revisit_ms
+      revisits[#revisits + 1] = make_envelope(rid, 0, 0, priority, lane, payload)
       revisit_ms = 0  -- scheduled
     end
   elseif not env then
-    held = redis.call('ZREM', KEYS[4], token)  -- a lease without an envelope goes too
-    if held == 1 then redis.call('HDEL', KEYS[10], token) end
+    if held == 1 then hdel_owner[#hdel_owner + 1] = token end
     trusted = not guard_before_epoch(g, token)
   end
   local newly_done = 0
@@ -106,22 +128,29 @@ for _ = 1, n_ack do
   end
   local again = revisit_of[token]
   if revisit_ms > 0 and newly_done == 1 and again then  -- a stale ack marking it done
-    revisit_now = revisit_now or server_ms()
-    redis.call('ZADD', KEYS[11], revisit_now + revisit_ms,
-      make_envelope(rid, 0, 0, again[1], again[2], again[3]))
+    now_ms, revisits = now_ms or server_ms(), revisits or {}
+    revisits[#revisits + 1] = now_ms + revisit_ms
+    revisits[#revisits + 1] = make_envelope(rid, 0, 0, again[1], again[2], again[3])
   end
   done_new = done_new + newly_done
   out[#out + 1] = held + 2 * newly_done
   acked = acked + held
   a = a + 3
 end
+batch_call('ZREM', KEYS[4], zrem)
+batch_call('HDEL', KEYS[5], hdel_env)
+batch_call('HDEL', KEYS[10], hdel_owner)
+if revisits then batch_call('ZADD', KEYS[11], revisits) end
 if acked > 0 then redis.call('HINCRBY', KEYS[3], 'acked', acked) end
 if untrusted > 0 then redis.call('HINCRBY', KEYS[3], 'acked_earlier_epoch', untrusted) end
 if done_new > 0 then
   redis.call('HINCRBY', KEYS[3], 'done', done_new)
-  local bucket = math.floor(server_ms() / 10000)
-  redis.call('HINCRBY', KEYS[9], bucket, done_new)
-  if redis.call('HLEN', KEYS[9]) > 7 then  -- keep the last 7 buckets (admin.py reads 6)
+  now_ms = now_ms or server_ms()
+  local bucket = math.floor(now_ms / 10000)
+  -- a new bucket (its count is this call's): keep the last 7 (admin.py reads 6). Only
+  -- this script writes the HASH, so it grows past 7 only when a bucket is new.
+  if redis.call('HINCRBY', KEYS[9], bucket, done_new) == done_new
+      and redis.call('HLEN', KEYS[9]) > 7 then
     for _, b in ipairs(redis.call('HKEYS', KEYS[9])) do
       local n = tonumber(b)
       if not n or n < bucket - 6 or n > bucket then redis.call('HDEL', KEYS[9], b) end
@@ -129,7 +158,9 @@ if done_new > 0 then
   end
 end
 if n_fail > 0 then
-  local now = server_ms()
+  now_ms = now_ms or server_ms()
+  local now = now_ms
+  local failed = 0
   for _ = 1, n_fail do
     local token, rid = ARGV[a], ARGV[a + 5]
     local env = redis.call('HGET', KEYS[5], token)
@@ -137,7 +168,7 @@ if n_fail > 0 then
         and redis.call('ZREM', KEYS[4], token) == 1 then
       redis.call('HDEL', KEYS[5], token)
       redis.call('HDEL', KEYS[10], token)
-      redis.call('HINCRBY', KEYS[3], 'failed', 1)
+      failed = failed + 1
       out[#out + 1] = 1 + settle_failure(keys, lane_queue(tonumber(ARGV[a + 3])), env, ARGV[a + 1],
         max_attempts, ARGV[a + 2] == '1', now, 0)
     else
@@ -148,5 +179,6 @@ if n_fail > 0 then
     end
     a = a + 7
   end
+  if failed > 0 then redis.call('HINCRBY', KEYS[3], 'failed', failed) end
 end
 return guard_reply(g, out)

@@ -5,10 +5,14 @@
 -- ARGV[1] max number of leases
 -- Returns {now_ms, expired left after these, token1, envelope1 (or false), ...}
 local now = server_ms()
-local tokens = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {now, redis.call('ZCOUNT', KEYS[1], '-inf', now) - #tokens}
-for _, token in ipairs(tokens) do
+local max = tonumber(ARGV[1])
+local tokens = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max)
+local left = 0  -- fewer than max expired: none is left (no ZCOUNT)
+if #tokens >= max then left = redis.call('ZCOUNT', KEYS[1], '-inf', now) - #tokens end
+local out = {now, left}
+local envs = batch_call('HMGET', KEYS[2], tokens, nil, true)
+for i, token in ipairs(tokens) do
   out[#out + 1] = token
-  out[#out + 1] = redis.call('HGET', KEYS[2], token)
+  out[#out + 1] = envs[i]
 end
 return out

@@ -14,7 +14,9 @@
 --    machines). Rids stay dense (they are offsets in the done bitmap): the counter is
 --    raised past the highest rid the caller saw, and a rid named by a claim of an
 --    earlier epoch (a token below the epoch) may name another request now: it is trusted
---    only while that claim is still held.
+--    only while that claim is still held. The tokens key is written once per call
+--    (guard_flush), before the first write that names a token issued in it: were the
+--    script to stop half-way, the key is never below a token Redis holds.
 -- 2. Replays. A call may carry an id; its reply is then kept under the caller's call key
 --    (CrawlKeys.call) for CALL_TTL_MS, and the same call sent again (its reply was lost,
 --    the client resent it) is answered from there without running again. An id starting
@@ -37,13 +39,23 @@ local function guard_now_us()
 end
 
 -- A new token: above the last one, above what the caller saw, at least now in µs
--- (Redis TIME, read once per call).
+-- (Redis TIME, read once per call). The tokens key is written by guard_flush, once
+-- per call: a script calls it before its first write that holds a token issued here
+-- (guard_reply calls it too), so the key never falls behind a token Redis holds.
 local function guard_token(g)
   g.now_us = g.now_us or guard_now_us()
   local t = math.max(g.last_token + 1, g.seen_t + 1, g.now_us)
   g.last_token = t
-  redis.call('SET', g.tokens, int_str(t))
+  g.token_unsaved = true
   return t
+end
+
+-- Write the last token issued to the tokens key, if it was not written yet.
+local function guard_flush(g)
+  if g.token_unsaved then
+    redis.call('SET', g.tokens, int_str(g.last_token))
+    g.token_unsaved = false
+  end
 end
 
 local function guard_open()
@@ -64,6 +76,7 @@ local function guard_open()
       redis.call('SET', g.rids, int_str(g.seen_r))
     end
     e = guard_token(g)
+    guard_flush(g)
     redis.call('HSET', g.epoch, 'e', int_str(e), 'run', run)
     g.new = true
   end
@@ -92,6 +105,7 @@ end
 
 -- The script's reply: {epoch, tokens, rids, out...}; recorded under the call id.
 local function guard_reply(g, out)
+  guard_flush(g)
   if g.id ~= '' and not g.replayed and not g.replay_only then
     redis.call('SET', g.call, g.id .. ' ' .. cmsgpack.pack(out), 'PX', CALL_TTL_MS)
   end

@@ -33,11 +33,20 @@ if prune > 0 then
 end
 local deadline = now + tonumber(ARGV[1])
 local out = {now, redis.call('HGET', KEYS[5], 'state') or 'running'}
-for i = 5, #ARGV - GUARD_ARGS do
-  if redis.call('HGET', KEYS[4], ARGV[i]) ~= ARGV[2]
-      or (redis.call('ZADD', KEYS[1], 'XX', 'CH', deadline, ARGV[i]) == 0
-          and not redis.call('ZSCORE', KEYS[1], ARGV[i])) then
-    out[#out + 1] = ARGV[i]
+-- Each token's owner and lease read at once (HMGET, ZMSCORE), the leases kept extended
+-- at once (ZADD XX).
+local tokens = {}
+for i = 5, #ARGV - GUARD_ARGS do tokens[#tokens + 1] = ARGV[i] end
+local owner = batch_call('HMGET', KEYS[4], tokens, nil, true)
+local leased = batch_call('ZMSCORE', KEYS[1], tokens, nil, true)
+local extend = {}
+for i, token in ipairs(tokens) do
+  if owner[i] ~= ARGV[2] or not leased[i] then
+    out[#out + 1] = token
+  else
+    extend[#extend + 1] = deadline
+    extend[#extend + 1] = token
   end
 end
+batch_call('ZADD', KEYS[1], extend, 'XX')
 return guard_reply(g, out)
