@@ -466,7 +466,9 @@ def redis_benchmark(srv: Any, clients: int = 32, n: int = 200_000) -> dict[str, 
 def script_costs(srv: Any, calls: int = 2000, log: Any = print) -> list[dict[str, Any]]:
     """Redis CPU per call of claim.lua and commit.lua alone, one client, one call at a
     time, for a few shapes (candidate lanes, requests per claim, pages per commit), with
-    the trivial script as the cost of a round trip: input for making the scripts cheaper."""
+    the trivial script as the cost of a round trip: input for making the scripts cheaper.
+    It measures one version per run: to compare two versions on a shared machine, use
+    bench_script_ab.py (both on one server, calls interleaved)."""
     from scrapy_leased.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
     from scrapy_leased.frontier.keys import CrawlKeys
