@@ -55,7 +55,7 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 PROJECT = REPO_ROOT / "benchmarks" / "project"
 LUA_DIR = REPO_ROOT / "scrapy_leased" / "frontier" / "lua"
 SCRIPT_CALLERS = {"evalsha", "eval", "evalsha_ro", "eval_ro", "script", "fcall", "fcall_ro"}
-_CALL_RE = re.compile(r"(?:redis\.p?call|batch_call)\(\s*'([A-Za-z]+)'")
+_CALL_RE = re.compile(r"(?:redis\.p?call\(|batch_call\(|pcall\(redis\.call,)\s*'([A-Za-z]+)'")
 
 
 def script_command_names() -> set[str]:

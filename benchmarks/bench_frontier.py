@@ -6,16 +6,23 @@ No HTTP and no Scrapy: many simulated workers, spread over ``--procs`` processes
 to Redis exactly what a scrapy_leased worker does, with ``scrapy_leased.frontier.
 Frontier`` and ``scrapy_leased.frontier.writer.CommitWriter`` (the classes the scheduler uses):
 
-* a claim loop as ``LeasedScheduler._claim_loop``: claim ``CONCURRENT_REQUESTS`` (16)
-  minus the claims it holds, from the lanes the last claim reported ready; wait for a
-  finished page (or ``LEASED_IDLE_POLL``, 0.2 s) when it got fewer than it asked for;
-* each claimed page is "downloaded" for a time drawn from ``--latency`` (uniform, ms;
+* a claim loop as ``LeasedScheduler._claim_loop``, sized by the scheduler's own
+  ``ClaimSizer`` (``_claimsize.py``): ``CONCURRENT_REQUESTS`` (16) download slots; a
+  claim when there is room for a batch (or nothing claimed waits to be started), for
+  the room (slots + margin + batch - 1 - downloading - unstarted), naming as many of the
+  lanes the last claim reported ready as ``ClaimSizer.candidates`` says (one more call
+  for the rest when the reply names ready lanes it did not), the commit waiting sent
+  right before it (``CommitWriter.flush``); wait for a finished page (or
+  ``LEASED_IDLE_POLL``, 0.2 s) otherwise;
+* each claimed page waits for a free slot, then is "downloaded" for a time drawn from
+  ``--latency`` (uniform, ms;
   ``0`` = no wait, every page done at once: the busiest a worker can be), then it
   yields 10 links of which 7 are duplicates (URLs already in the seen set: the seed
   URLs) and 3 are new (2 of them on the page's host, 1 on a random host), every one
   sent to Redis (no local seen cache: the worst case for Redis), and its claim is
-  acked; links and acks go through ``CommitWriter`` (everything that arrives while a
-  commit is in flight shares the next one), as in the scheduler;
+  acked; links and acks go through ``CommitWriter`` with the scheduler's linger
+  (``LINGER_SECONDS``: a batch waits for the next claim, at most that long), as in the
+  scheduler;
 * a heartbeat renewing the worker's leases every 10 s (``renew.lua``) and a sweep of
   expired leases every 2 s (``expired.lua``), the defaults.
 
@@ -78,7 +85,7 @@ IDLE_POLL_S = 0.2
 LEASE_MS = 30_000
 TRIVIAL = "return 1"
 LUA_DIR = REPO_ROOT / "scrapy_leased" / "frontier" / "lua"
-_CALL_RE = re.compile(r"(?:redis\.p?call|batch_call)\(\s*'([A-Za-z]+)'")
+_CALL_RE = re.compile(r"(?:redis\.p?call\(|batch_call\(|pcall\(redis\.call,)\s*'([A-Za-z]+)'")
 
 
 # -- links ----------------------------------------------------------------------------
@@ -142,7 +149,13 @@ class SimWorker:
                                  max_attempts=4)
         for name, script in list(self.frontier._s.items()):
             self.frontier._s[name] = counted(window, name, script)
-        self.writer = CommitWriter(self.frontier, self._on_commit)
+        from scrapy_leased._claimsize import ClaimSizer
+        from scrapy_leased.frontier.writer import LINGER_SECONDS
+
+        self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS)
+        self.sizer = ClaimSizer(CONCURRENCY)
+        self.unstarted: list[tuple[int, Any]] = []
+        self.downloading = 0
         self.wid = wid
         self.window = window
         self.latency = latency
@@ -168,32 +181,50 @@ class SimWorker:
     async def claim_loop(self, stop: asyncio.Event) -> None:
         from scrapy_leased.frontier import NO_BUDGET
 
-        loop = asyncio.get_running_loop()
+        def named(want: int) -> list[tuple[str, Any]]:
+            return [(lane, NO_BUDGET) for lane in self.lanes[:self.sizer.candidates(want)]]
+
         while not stop.is_set():
-            want = CONCURRENCY - len(self.held)
-            if want > 0:
-                lanes = [(lane, NO_BUDGET) for lane in self.lanes]
-                result = await self.frontier.claim(want, self.wid, lanes)
-                if not result.claims and set(result.ready_lanes) - set(self.lanes):
+            want = self.sizer.capacity(self.downloading, len(self.unstarted), len(self.held))
+            if self.sizer.worth_claiming(want, len(self.unstarted)):
+                self.writer.flush()
+                asked = named(want)
+                sent = time.monotonic()
+                result = await self.frontier.claim(want, self.wid, asked)
+                self.sizer.claimed(time.monotonic() - sent)
+                if len(result.claims) < want and \
+                        set(result.ready_lanes) - {lane for lane, _ in asked}:
                     self.lanes = result.ready_lanes
-                    lanes = [(lane, NO_BUDGET) for lane in self.lanes]
-                    result = await self.frontier.claim(want, self.wid, lanes)
+                    first = result.claims
+                    result = await self.frontier.claim(want - len(first), self.wid,
+                                                       named(want - len(first)))
+                    result.claims = first + result.claims
                 self.lanes = result.ready_lanes
                 if self.window.inside():
                     self.window.counts["claimed"] += len(result.claims)
-                lo, hi = self.latency
                 for token, env in result.claims:
                     self.held.add(token)
-                    delay = self.rng.uniform(lo, hi) / 1000 if hi > 0 else 0
-                    loop.call_later(delay, self._page_done, token, env)
+                    self.unstarted.append((token, env))
+                self._start()
                 if result.claims and len(result.claims) == want:
                     continue
             self.kick.clear()
-            timer = loop.call_later(IDLE_POLL_S, self.kick.set)
+            timer = asyncio.get_running_loop().call_later(IDLE_POLL_S, self.kick.set)
             try:
                 await self.kick.wait()
             finally:
                 timer.cancel()
+
+    def _start(self) -> None:
+        """Claims waiting to be started take the free download slots."""
+        loop = asyncio.get_running_loop()
+        lo, hi = self.latency
+        while self.unstarted and self.downloading < CONCURRENCY:
+            token, env = self.unstarted.pop(0)
+            self.downloading += 1
+            self.sizer.handed_out()
+            delay = self.rng.uniform(lo, hi) / 1000 if hi > 0 else 0
+            loop.call_later(delay, self._page_done, token, env)
 
     def _page_done(self, token: int, env: Any) -> None:
         if self.stopped:
@@ -209,8 +240,10 @@ class SimWorker:
             self.writer.add_request(self.pool[rng.randrange(len(self.pool))], None)
         self.writer.add_ack(token, env.rid)
         self.held.discard(token)
+        self.downloading -= 1
         if self.window.inside():
             self.window.counts["pages"] += 1
+        self._start()
         self.kick.set()
 
     async def renew_loop(self, stop: asyncio.Event) -> None:
@@ -544,7 +577,9 @@ def script_costs(srv: Any, calls: int = 2000, log: Any = print) -> list[dict[str
 # -- summaries --------------------------------------------------------------------------
 
 
-SENT = {"evalsha", "eval", "script load", "hello", "ping", "info", "client setinfo",
+#: Commands clients send. Not INFO: the scripts' guard runs ``INFO server`` inside each
+#: call (lib_guard.lua; the harness's own INFOs are taken off, HARNESS_CALLS).
+SENT = {"evalsha", "eval", "script load", "hello", "ping", "client setinfo",
         "select", "client setname"}
 
 

@@ -69,7 +69,7 @@ from .frontier import (
     Revisit,
 )
 from .frontier.run import SEED, SEEDED, RunMarker
-from .frontier.writer import Batch, CommitWriter
+from .frontier.writer import LINGER_SECONDS, Batch, CommitWriter
 from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token, revisit_ms
 from .middleware import describe
 from .order import QueueOrder
@@ -209,7 +209,7 @@ class LeasedScheduler(BaseScheduler):
                                          queues=not self.config.flush_on_start)
         self.frontier.on_seen_gen = self._on_seen_gen
         await self.frontier.record_half_life()
-        self.writer = CommitWriter(self.frontier, self._on_commit)
+        self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS)
         packer = RequestPacker(self.crawler.request_fingerprinter, self.config.seen_bucket_bits,
                                self.codec, self.budgets)
         self.feed = FeedDrainer(self.frontier, packer, spider, self.stats,
@@ -709,18 +709,20 @@ class LeasedScheduler(BaseScheduler):
             round_ = self._rounds_started
             want = self._capacity()
             wait = self.config.idle_poll
-            if want > 0 or self._control != RUNNING:  # paused: ask until resumed
+            if self.sizer.worth_claiming(want, self.book.waiting()) \
+                    or self._control != RUNNING:  # paused: ask until resumed
                 generation = self.writer.generation
+                self.writer.flush()  # the commit waiting rides along with the claim
                 try:
                     want = max(want, 0)
                     sent = time.monotonic()
-                    result = await self.frontier.claim(want, self.worker_id, self._candidates())
+                    asked = self._candidates(want)
+                    result = await self.frontier.claim(want, self.worker_id, asked)
                     self.sizer.claimed(time.monotonic() - sent)
-                    if not result.claims and set(result.ready_lanes) - set(self._lanes):
-                        self._lanes = result.ready_lanes  # ready lanes we did not ask for
-                        sent = time.monotonic()
-                        result = await self.frontier.claim(want, self.worker_id,
-                                                           self._candidates())
+                    if len(result.claims) < want and self._more_candidates(result, asked):
+                        # ready lanes this claim did not name (others emptied some)
+                        self._lanes = result.ready_lanes
+                        result = await self._claim_more(result, want)
                 except (RedisError, OSError) as exc:
                     self._round_finished()
                     self._warn("claim", "Cannot claim from Redis, retrying: %s", exc)
@@ -813,12 +815,37 @@ class LeasedScheduler(BaseScheduler):
             if env.attempts:
                 self.stats.inc_value("leased/claimed_retry")
 
-    def _candidates(self) -> list[tuple[str, Budget]]:
-        """Lanes to claim from: those last reported ready, except lanes this worker
-        already holds waiting requests for (their budget is spoken for)."""
+    async def _claim_more(self, first: ClaimResult, want: int) -> ClaimResult:
+        """A second claim, for what ``first`` did not get, from the lanes it reported
+        ready; the claims of both in the result (``first`` alone when the second call
+        fails: it is sent again by the next claim, Frontier._pending_claim)."""
+        assert self.frontier is not None
+        rest = want - len(first.claims)
+        try:
+            more = await self.frontier.claim(rest, self.worker_id, self._candidates(rest))
+        except (RedisError, OSError):
+            if not first.claims:
+                raise
+            return first
+        more.claims = first.claims + more.claims
+        more.free_lanes |= first.free_lanes
+        return more
+
+    def _candidates(self, want: int) -> list[tuple[str, Budget]]:
+        """Lanes to claim ``want`` requests from: those last reported ready (ready
+        longest first), except lanes this worker already holds waiting requests for
+        (their budget is spoken for); as many as a claim of that size needs
+        (_claimsize.py: every lane named costs Redis time)."""
         waiting = self.book.waiting_lanes()
-        return [(lane, self.budgets.for_lane(lane)) for lane in self._lanes
-                if lane not in waiting]
+        lanes = [lane for lane in self._lanes if lane not in waiting]
+        return [(lane, self.budgets.for_lane(lane))
+                for lane in lanes[:self.sizer.candidates(want)]]
+
+    def _more_candidates(self, result: ClaimResult, asked: list[tuple[str, Budget]]) -> bool:
+        """Whether ``result`` reports ready lanes that its claim did not name."""
+        named = {lane for lane, _ in asked}
+        waiting = self.book.waiting_lanes()
+        return any(lane not in named and lane not in waiting for lane in result.ready_lanes)
 
     def _defer(self, request: Request, claim: Claim, delay: float) -> None:
         loop = asyncio.get_running_loop()
@@ -863,7 +890,8 @@ class LeasedScheduler(BaseScheduler):
                            "started": self._started, "inflight": len(self.book.claims),
                            "acked": self.stats.get_value("leased/acked", 0),
                            "control": self._control,
-                           "capacity": self.concurrency + self.sizer.margin})
+                           "capacity": self.concurrency + self.sizer.margin
+                           + self.sizer.batch - 1})
 
 
 

@@ -6,6 +6,15 @@ new requests land before the acks: a claim is acked only once the requests its
 callback yielded are in Redis. A commit that fails (Redis down, a lost reply) is sent
 again with backoff, the same batch under the same call id, so that Redis applies it once
 even when the first one ran (lua/lib_guard.lua); nothing buffered is dropped.
+
+With ``linger`` (seconds; the scheduler's default, ``LINGER_SECONDS``), a batch waits
+before it is sent: until the worker claims again (``flush``, called by the claim loop
+right before each claim, so a commit rides along with the claim and most pages share
+both), until it holds ``LINGER_PAGES`` acks and failures or ``MAX_BATCH`` requests, until
+``drain`` is called, or at most ``linger`` seconds. A waiting ack is a lease held a
+little longer and a waiting child is seen by other workers a little later; no guarantee
+changes (a worker killed meanwhile returns those claims through their leases, as any
+claim not acked yet).
 """
 
 from __future__ import annotations
@@ -23,6 +32,10 @@ logger = logging.getLogger(__name__)
 
 MAX_BATCH = 500  # requests per commit call
 RETRY_CAP_SECONDS = 2.0
+#: How long a batch waits at most for the next claim to ride along with (seconds).
+LINGER_SECONDS = 0.05
+#: Acks and failures that send a batch at once, without waiting for the next claim.
+LINGER_PAGES = 16
 
 
 @dataclass
@@ -36,9 +49,12 @@ class Batch:
 
 class CommitWriter:
     def __init__(self, frontier: Frontier,
-                 on_result: Callable[[Batch, CommitResult], None]) -> None:
+                 on_result: Callable[[Batch, CommitResult], None],
+                 linger: float = 0.0) -> None:
         self.frontier = frontier
         self.on_result = on_result
+        self.linger = linger
+        self._go = asyncio.Event()  # send what is buffered now (flush, drain, a full batch)
         self._batch = Batch([], [], [], [])
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -57,6 +73,8 @@ class CommitWriter:
     def add_request(self, request: NewRequest, tag: object) -> None:
         self._batch.enqueue.append(request)
         self._batch.tags.append(tag)
+        if len(self._batch.enqueue) >= MAX_BATCH:
+            self._go.set()
         self._kick()
 
     def add_ack(self, token: int, rid: int, revisit: Revisit | None = None) -> None:
@@ -65,11 +83,22 @@ class CommitWriter:
         self._batch.acks.append((token, rid))
         if revisit is not None:
             self._batch.revisits[token] = revisit
-        self._kick()
+        self._settles_added()
 
     def add_fail(self, failure: Failure) -> None:
         self._batch.fails.append(failure)
+        self._settles_added()
+
+    def _settles_added(self) -> None:
+        if len(self._batch.acks) + len(self._batch.fails) >= LINGER_PAGES:
+            self._go.set()
         self._kick()
+
+    def flush(self) -> None:
+        """Send what is buffered now, without waiting for the linger (a claim is about
+        to be sent: the commit rides along)."""
+        if self.pending:
+            self._go.set()
 
     def _kick(self) -> None:
         self._idle.clear()
@@ -87,9 +116,19 @@ class CommitWriter:
         self._batch = Batch(b.enqueue[n:], b.tags[n:], b.acks, b.fails, b.revisits)
         return head
 
+    async def _linger(self) -> None:
+        """Wait until the buffered batch is to be sent (see the module's docstring)."""
+        if self.linger > 0 and not self._go.is_set():
+            try:
+                await asyncio.wait_for(self._go.wait(), self.linger)
+            except asyncio.TimeoutError:
+                pass
+        self._go.clear()
+
     async def _run(self) -> None:
         delay = 0.05
         while self._batch.enqueue or self._batch.acks or self._batch.fails:
+            await self._linger()
             batch = self._take()
             call_id = self.frontier.new_call_id()
             while True:  # the same batch, the same id, until Redis answers
@@ -117,6 +156,7 @@ class CommitWriter:
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until everything buffered is written; False on timeout."""
+        self.flush()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except asyncio.TimeoutError:
