@@ -27,12 +27,16 @@ end
 -- index into KEYS of the LIST of its tier in its lane (the lane's tier index right
 -- after it: lib_settle.lua lane_queue), lane, payload, queue order code (lib_settle.lua:
 -- L, F, S or T)}. Each is deduplicated (SADD to its seen bucket) and pushed as ONE
--- decision, with a new rid (guard_rid). Appends 1 (queued) or 0 (duplicate) per
--- request to out; counts stats 'enqueued' and 'duplicates'. keys: {lanes, todo, stats}; g: the guard (lib_guard.lua); ttl, gen: the seen set's
--- expiry (ms, 0: none) and the generation checked by seen_gen_error. Returns the index
--- of the next ARGV.
+-- decision, with a new rid. Appends 1 (queued) or 0 (duplicate) per request to out;
+-- counts stats 'enqueued' and 'duplicates'. keys: {lanes, todo, stats}; g: the guard
+-- (lib_guard.lua); ttl, gen: the seen set's expiry (ms, 0: none) and the generation
+-- checked by seen_gen_error. Returns the index of the next ARGV.
+-- Per call, not per request: the new requests' rids are counted here and the rids key
+-- written once, before any of them is pushed (never below a rid in a queue, were the
+-- script to stop half-way); one push per LIST and end (in the order given), one ZADD NX
+-- of the lanes, one INCRBY of todo. As queue_push (lib_settle.lua) does for one request.
 local function enqueue_new(keys, g, a, n, out, ttl, gen)
-  local queued, dups = 0, 0
+  local dups = 0
   local expire_at = (gen + 2) * ttl
   local function new_in_seen_set(bucket, member)
     if bucket == 0 then return true end
@@ -42,21 +46,51 @@ local function enqueue_new(keys, g, a, n, out, ttl, gen)
     redis.call('PEXPIREAT', KEYS[bucket], expire_at)
     return true
   end
+  local groups, order_of, lanes, lane_set = {}, {}, {}, {}
+  local rid = g.last_rid
   for _ = 1, n do
     if new_in_seen_set(tonumber(ARGV[a]), ARGV[a + 1]) then
-      local rid = guard_rid(g)
-      queue_push(keys, lane_queue(tonumber(ARGV[a + 3])), ARGV[a + 4],
-        make_envelope(rid, 0, 0, ARGV[a + 2], ARGV[a + 4], ARGV[a + 5]), ARGV[a + 2], false,
-        ARGV[a + 6])
+      rid = rid + 1
+      local qi, order, lane, priority = tonumber(ARGV[a + 3]), ARGV[a + 6], ARGV[a + 4], ARGV[a + 2]
+      local left = order == 'L' or order == 'T'
+      local id = (left and 'L' or 'R') .. qi
+      local group = groups[id]
+      if not group then
+        group = {qi = qi, left = left, priority = priority, start = order == 'S' or order == 'T',
+          envs = {}}
+        groups[id] = group
+        order_of[#order_of + 1] = id
+      end
+      group.envs[#group.envs + 1] = make_envelope(rid, 0, 0, priority, lane, ARGV[a + 5])
+      if not lane_set[lane] then
+        lane_set[lane] = true
+        lanes[#lanes + 1] = 0
+        lanes[#lanes + 1] = lane
+      end
       out[#out + 1] = 1
-      queued = queued + 1
     else
       out[#out + 1] = 0
       dups = dups + 1
     end
     a = a + 7
   end
-  if queued > 0 then redis.call('HINCRBY', keys.stats, 'enqueued', queued) end
+  local queued = rid - g.last_rid
+  if queued > 0 then
+    g.last_rid = rid
+    redis.call('SET', g.rids, int_str(rid))
+    for _, id in ipairs(order_of) do
+      local group = groups[id]
+      local q = lane_queue(group.qi)
+      local pushed = redis.call(group.left and 'LPUSH' or 'RPUSH', q.l, unpack(group.envs))
+      if pushed == #group.envs and (group.start or tonumber(group.priority) ~= 0) then
+        redis.call('ZADD', q.idx, tier_rank(group.priority, group.start),
+          tier_code(group.priority, group.start))
+      end
+    end
+    redis.call('ZADD', keys.lanes, 'NX', unpack(lanes))
+    redis.call('INCRBY', keys.todo, queued)
+    redis.call('HINCRBY', keys.stats, 'enqueued', queued)
+  end
   if dups > 0 then redis.call('HINCRBY', keys.stats, 'duplicates', dups) end
   return a
 end
