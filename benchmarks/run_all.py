@@ -607,12 +607,14 @@ def section_frontier(quick: bool, raw: dict) -> dict:
     raw["frontier"] = out
     rb, tp = out["redis_benchmark"], out["trivial_python"]
     emit(f"Simulated workers (`benchmarks/bench_frontier.py`: `Frontier` and `CommitWriter` "
-         f"as the scheduler uses them, no Scrapy, no HTTP) in {procs} processes; each claims "
-         f"up to 16 minus what it holds from the lanes last reported ready, \"downloads\" "
-         f"each page for {latency[0]:.0f}-{latency[1]:.0f} ms (uniform; \"none\": done at "
+         f"as the scheduler uses them, no Scrapy, no HTTP) in {procs} processes; each has 16 "
+         f"download slots and claims as the scheduler does (`ClaimSizer`: in batches of 4, "
+         f"or at once when nothing claimed waits to start; naming the batch + 4 of the lanes "
+         f"last reported ready; its waiting commit sent right before each claim), "
+         f"\"downloads\" each page for {latency[0]:.0f}-{latency[1]:.0f} ms (uniform; \"none\": done at "
          f"once, the busiest a worker can be), then commits its 10 links (7 duplicates of "
          f"URLs already seen, 3 new; all sent to Redis, no local seen cache) and its ack "
-         f"through `CommitWriter`; renews its leases every 10 s, sweeps expired leases "
+         f"through `CommitWriter` (which waits up to 50 ms for the next claim); renews its leases every 10 s, sweeps expired leases "
          f"every 2 s. Requests spread over {hosts} hosts (lanes, no rate budget), payloads "
          f"shaped like the scheduler's (~130 B). Each row: an emptied redis-server seeded "
          f"with {seeds:,} requests, 3 s of warm-up, then a {window:.0f} s window: pages = "
