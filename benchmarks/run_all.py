@@ -14,7 +14,8 @@ Sections (``--only`` names; all but ``e2e_defaults`` by default):
   priorities and at priority 1, at 100k and 1M (``bench_memory.py --priorities``);
 * ``e2e``: end-to-end crawl of the local test site (5,000 pages, CPU-bound): pages/s of
   plain Scrapy, scrapy-redis (1 and 2 workers) and scrapy_leased (1, 2 and 3 workers
-  with its upsert pipeline off, 1 and 2 at its defaults), each run ending by itself,
+  with ``LEASED_UPSERT_ENABLED = False``, 1 and 2 at its defaults, where the upsert
+  pipeline is off too unless ``LEASED_UPSERT_URL`` is set), each run ending by itself,
   duplicates and misses from the site's log, CPU, and Redis round trips per page from
   ``INFO commandstats`` (``bench_e2e.py``); ``e2e_defaults``: only plain Scrapy and
   scrapy_leased at its defaults;
@@ -72,7 +73,7 @@ E2E_SETUPS = [("plain", 1), ("plain", 2), ("scrapy_redis", 1), ("scrapy_redis", 
 E2E_DEFAULTS_SETUPS = [("plain", 1), ("plain", 2), ("leased_defaults", 1), ("leased_defaults", 2)]
 SETUP_NAMES = {"plain": "plain Scrapy", "scrapy_redis": "scrapy-redis",
                "leased": "scrapy_leased (upsert pipeline off)",
-               "leased_defaults": "scrapy_leased at its defaults (upsert pipeline on)"}
+               "leased_defaults": "scrapy_leased at its defaults"}
 SECTIONS = ("scheduler", "memory", "memory_prio", "e2e", "e2e_defaults", "latency", "spread",
             "frontier")
 SCHEDULERS = [("scrapy", "Scrapy default (in memory)"), ("scrapy_redis", "scrapy-redis"),
@@ -408,8 +409,9 @@ def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
          + "scrapy_leased (upsert pipeline off): the add-on with "
          "`LEASED_UPSERT_ENABLED = False` (the others store nothing either), everything "
          "else at its defaults; scrapy_leased at its defaults: the add-on exactly as a "
-         "user gets it, its `UpsertPipeline` upserting every item into the crawl's Redis "
-         "(`lua/upsert.lua`) and every middleware on; workers end when the crawl is "
+         "user gets it: every middleware and extension of the add-on on, and no "
+         "`UpsertPipeline` (off by default unless `LEASED_UPSERT_URL` is set, so the "
+         "project's items reach its own pipelines untouched); workers end when the crawl is "
          "drained. scrapy-redis: "
          "`SCHEDULER = 'scrapy_redis.scheduler.Scheduler'`, "
          "`DUPEFILTER_CLASS = 'scrapy_redis.dupefilter.RFPDupeFilter'`, "
@@ -562,7 +564,7 @@ def section_latency(profile: str, number: str, pages: int, reps: int, redis: Red
          f"defaults: `CONCURRENT_REQUESTS` 16, `CONCURRENT_REQUESTS_PER_DOMAIN` 8, no "
          f"download delay; so with no overhead at all one worker would hold 16 requests in "
          f"flight, {16 / prof['mean_s']:.0f} pages/s. scrapy_leased is the add-on at its "
-         f"defaults (upsert pipeline on); scrapy-redis as in section 3. In flight at the "
+         f"defaults; scrapy-redis as in section 3. In flight at the "
          f"site: sum over the pages of (answer written - request read) / span, the "
          f"crawl's real concurrency. Per worker (`BenchReport`, sampled every 20 ms over "
          f"the span, mean over the workers): requests in the downloader "

@@ -8,8 +8,8 @@ One spider, four setups, chosen by the environment variable ``BENCH_MODE``:
   shared queue and dupefilter, and ``IdleClose`` so each worker ends by itself;
 * ``leased``: the scrapy_leased add-on (``LEASED_REDIS_URL`` / ``LEASED_CRAWL_ID`` given
   with ``-s``), with ``LEASED_UPSERT_ENABLED = False`` (the other two store nothing);
-* ``leased_defaults``: the add-on at its defaults, as a user gets it (``UpsertPipeline``
-  storing every item in the crawl's Redis, every middleware on).
+* ``leased_defaults``: the add-on at its defaults, as a user gets it (every middleware
+  and extension on; ``UpsertPipeline`` off, as by default without ``LEASED_UPSERT_URL``).
 
 Everything else is Scrapy's defaults (``CONCURRENT_REQUESTS`` 16,
 ``CONCURRENT_REQUESTS_PER_DOMAIN`` 8, no download delay), with no item pipeline.
@@ -35,8 +35,8 @@ if MODE == "leased":
     ADDONS = {"scrapy_leased.Addon": 100}
     LEASED_UPSERT_ENABLED = False
 elif MODE == "leased_defaults":
-    # the add-on exactly as a user gets it: UpsertPipeline on (items upserted into the
-    # crawl's Redis), every middleware and setting at its default
+    # the add-on exactly as a user gets it: every middleware and setting at its default
+    # (UpsertPipeline off: it is on only with LEASED_UPSERT_URL or LEASED_UPSERT_ENABLED)
     ADDONS = {"scrapy_leased.Addon": 100}
 elif MODE == "scrapy_redis":
     SCHEDULER = "scrapy_redis.scheduler.Scheduler"
