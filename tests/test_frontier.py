@@ -1241,6 +1241,66 @@ def test_claims_and_acks_write_once_per_call_not_per_request():
         asyncio.run(main())
 
 
+def test_new_requests_queue_once_per_call_not_per_request():
+    """A commit queueing 12 new requests over 3 lanes runs one SADD per request (its
+    seen bucket) but one push per LIST, one ZADD NX of the lanes, one INCRBY of todo
+    and one SET of the rids key for all of them, as a commit of one does (lib_enqueue.lua;
+    before, each new request ran INCR rids, RPUSH, ZADD NX lanes and INCR todo); the
+    rids are dense and in the order given, each lane's queue in FIFO order."""
+    with RedisServer() as srv:  # private: CONFIG RESETSTAT must not disturb other tests
+        keys = CrawlKeys("percall-enqueue")
+
+        def reqs(tag: str, n: int) -> list[NewRequest]:
+            out = []
+            for i in range(n):
+                lane = "abc"[i % 3]
+                url = f"http://{lane}/{tag}{i}"
+                bucket, member = split_fingerprint(hashlib.sha1(url.encode()).digest(),
+                                                   SEEN_BUCKET_BITS)
+                out.append(NewRequest(url, 0, bucket, member, lane))
+            return out
+
+        async def body(f, r):
+            await f.commit(enqueue=reqs("warm", 1))  # loads the script
+            counts = {}
+            for tag, n in (("one", 1), ("many", 12)):
+                r.config_resetstat()
+                out = await f.commit(enqueue=reqs(tag, n))
+                assert out.queued == [True] * n
+                counts[n] = commandstats(r)
+            one, many = counts[1], counts[12]
+            assert (one["sadd"], many["sadd"]) == (1, 12)
+            assert (one["rpush"], many["rpush"]) == (1, 3)  # one per lane's LIST
+            for c in ("zadd", "incrby"):
+                assert (one[c], many[c]) == (1, 1), (c, one, many)
+            assert (one["set"], many["set"]) == (2, 2)  # the rids key; the reply (guard)
+            assert "incr" not in many
+            assert int(r.get(keys.rids)) == 1 + 1 + 12 and int(r.get(keys.todo)) == 14
+            assert sorted(r.zrange(keys.lanes, 0, -1)) == ["a", "b", "c"]
+            for k, lane in enumerate("abc"):
+                envs = queued_envelopes(r, keys, lane)
+                assert [e.payload for e in envs[-4:]] == \
+                    [f"http://{lane}/many{i}" for i in range(k, 12, 3)]
+                assert [e.rid for e in envs[-4:]] == [3 + i for i in range(k, 12, 3)]
+            # a duplicate of each: nothing queued, no rid taken
+            r.config_resetstat()
+            out = await f.commit(enqueue=reqs("many", 12))
+            assert out.queued == [False] * 12
+            assert int(r.get(keys.rids)) == 14 and int(r.get(keys.todo)) == 14
+            assert "rpush" not in commandstats(r)
+
+        r = srv.client(decode_responses=True)
+
+        async def main():
+            fr = new_frontier(srv.url, "percall-enqueue")
+            try:
+                await body(fr, r)
+            finally:
+                await fr.client.aclose()
+
+        asyncio.run(main())
+
+
 # ------------------------------------------------------------------------ seen set
 
 
