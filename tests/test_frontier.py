@@ -1229,16 +1229,7 @@ def test_claims_and_acks_write_once_per_call_not_per_request():
             assert r.zcard(keys.leases) == 1 and r.hlen(keys.inflight) == 1
             assert r.hget(keys.stats, "done") == "17"
 
-        r = srv.client(decode_responses=True)
-
-        async def main():
-            fr = new_frontier(srv.url, "percall")
-            try:
-                await body(fr, r)
-            finally:
-                await fr.client.aclose()
-
-        asyncio.run(main())
+        run(srv, "percall", body)
 
 
 def test_new_requests_queue_once_per_call_not_per_request():
@@ -1289,16 +1280,7 @@ def test_new_requests_queue_once_per_call_not_per_request():
             assert int(r.get(keys.rids)) == 14 and int(r.get(keys.todo)) == 14
             assert "rpush" not in commandstats(r)
 
-        r = srv.client(decode_responses=True)
-
-        async def main():
-            fr = new_frontier(srv.url, "percall-enqueue")
-            try:
-                await body(fr, r)
-            finally:
-                await fr.client.aclose()
-
-        asyncio.run(main())
+        run(srv, "percall-enqueue", body)
 
 
 # ------------------------------------------------------------------------ seen set

@@ -10,32 +10,27 @@ from typing import Any
 from scrapy_leased.frontier import NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.writer import LINGER_PAGES, CommitWriter
-from tests.test_frontier import new_frontier
+from tests.test_frontier import run
 
 LONG = 600.0  # a linger no test waits for: whatever is written was sent by a trigger
 
 
-def run(srv: Any, crawl_id: str, body: Any) -> Any:
-    r = srv.client(decode_responses=True)
+def run_writer(srv: Any, crawl_id: str, body: Any) -> Any:
+    """body(frontier, writer, claims, acked, results): a CommitWriter with a long linger
+    over 40 claims of a fresh crawl; acked() reads the crawl's acked counter, results
+    are the commit results in order."""
     keys = CrawlKeys(crawl_id)
 
-    async def main() -> Any:
-        f = new_frontier(srv.url, crawl_id)
+    async def setup(f: Any, r: Any) -> Any:
         results: list[Any] = []
         writer = CommitWriter(f, lambda batch, result: results.append(result), linger=LONG)
-        try:
-            await f.enqueue([NewRequest(f"p{i}") for i in range(40)])
-            claims = (await f.claim(40, "w")).claims
-            assert len(claims) == 40
-            return await body(f, writer, claims, lambda: int(r.hget(keys.stats, "acked") or 0),
-                              results)
-        finally:
-            await f.client.aclose()
+        await f.enqueue([NewRequest(f"p{i}") for i in range(40)])
+        claims = (await f.claim(40, "w")).claims
+        assert len(claims) == 40
+        return await body(f, writer, claims, lambda: int(r.hget(keys.stats, "acked") or 0),
+                          results)
 
-    try:
-        return asyncio.run(main())
-    finally:
-        r.close()
+    return run(srv, crawl_id, setup)
 
 
 def test_a_batch_waits_for_the_next_claim_then_goes_before_it(redis_server, crawl_id):
@@ -50,7 +45,7 @@ def test_a_batch_waits_for_the_next_claim_then_goes_before_it(redis_server, craw
         assert acked() == 3 and len(results) == 1
         assert results[0].acks == [3, 3, 3]
 
-    run(redis_server, crawl_id, body)
+    run_writer(redis_server, crawl_id, body)
 
 
 def test_enough_settles_are_sent_without_waiting(redis_server, crawl_id):
@@ -68,7 +63,7 @@ def test_enough_settles_are_sent_without_waiting(redis_server, crawl_id):
             await asyncio.sleep(0.05)
         assert acked() == LINGER_PAGES and len(results) == 1
 
-    run(redis_server, crawl_id, body)
+    run_writer(redis_server, crawl_id, body)
 
 
 def test_drain_sends_at_once_with_children_before_acks(redis_server, crawl_id):
@@ -80,4 +75,4 @@ def test_drain_sends_at_once_with_children_before_acks(redis_server, crawl_id):
         assert acked() == 1 and not writer.pending
         assert results[0].queued == [True] and results[0].acks == [3]
 
-    run(redis_server, crawl_id, body)
+    run_writer(redis_server, crawl_id, body)
