@@ -195,8 +195,10 @@ class SimWorker:
                 if len(result.claims) < want and \
                         set(result.ready_lanes) - {lane for lane, _ in asked}:
                     self.lanes = result.ready_lanes
-                    rest = want - len(result.claims)
-                    result = await self.frontier.claim_more(result, rest, self.wid, named(rest))
+                    first = result.claims
+                    result = await self.frontier.claim(want - len(first), self.wid,
+                                                       named(want - len(first)))
+                    result.claims = first + result.claims
                 self.lanes = result.ready_lanes
                 if self.window.inside():
                     self.window.counts["claimed"] += len(result.claims)

@@ -47,8 +47,7 @@ from twisted.python.failure import Failure as TwistedFailure
 from . import signals as leased_signals
 from ._claimbook import Claim, ClaimBook
 from ._claimsize import ClaimSizer
-from ._kick import Kick
-from ._leasekeeper import LeaseKeeper, WarnOnce, running
+from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError
 from .config import LeasedConfig
@@ -720,8 +719,10 @@ class LeasedScheduler(BaseScheduler):
                     asked = self._candidates(want)
                     result = await self.frontier.claim(want, self.worker_id, asked)
                     self.sizer.claimed(time.monotonic() - sent)
-                    if len(result.claims) < want:
-                        result = await self._claim_more(result, want, asked)
+                    if len(result.claims) < want and self._more_candidates(result, asked):
+                        # ready lanes this claim did not name (others emptied some)
+                        self._lanes = result.ready_lanes
+                        result = await self._claim_more(result, want)
                 except (RedisError, OSError) as exc:
                     self._round_finished()
                     self._warn("claim", "Cannot claim from Redis, retrying: %s", exc)
@@ -814,31 +815,37 @@ class LeasedScheduler(BaseScheduler):
             if env.attempts:
                 self.stats.inc_value("leased/claimed_retry")
 
-    async def _claim_more(self, first: ClaimResult, want: int,
-                          asked: list[tuple[str, Budget]]) -> ClaimResult:
-        """When ``first`` (a claim that named ``asked``) got fewer than ``want`` and
-        reports ready lanes it did not name (other workers emptied some of those it
-        named), one more call for the rest from those lanes (Frontier.claim_more)."""
+    async def _claim_more(self, first: ClaimResult, want: int) -> ClaimResult:
+        """A second claim, for what ``first`` did not get, from the lanes it reported
+        ready; the claims of both in the result (``first`` alone when the second call
+        fails: it is sent again by the next claim, Frontier._pending_claim)."""
         assert self.frontier is not None
-        named = {lane for lane, _ in asked}
-        waiting = self.book.waiting_lanes()
-        if all(lane in named or lane in waiting for lane in first.ready_lanes):
-            return first
-        self._lanes = first.ready_lanes
         rest = want - len(first.claims)
-        return await self.frontier.claim_more(first, rest, self.worker_id,
-                                              self._candidates(rest, waiting))
+        try:
+            more = await self.frontier.claim(rest, self.worker_id, self._candidates(rest))
+        except (RedisError, OSError):
+            if not first.claims:
+                raise
+            return first
+        more.claims = first.claims + more.claims
+        more.free_lanes |= first.free_lanes
+        return more
 
-    def _candidates(self, want: int, waiting: set[str] | None = None) -> list[tuple[str, Budget]]:
+    def _candidates(self, want: int) -> list[tuple[str, Budget]]:
         """Lanes to claim ``want`` requests from: those last reported ready (ready
         longest first), except lanes this worker already holds waiting requests for
-        (``waiting``, their budget is spoken for); as many as a claim of that size
-        needs (_claimsize.py: every lane named costs Redis time)."""
-        if waiting is None:
-            waiting = self.book.waiting_lanes()
+        (their budget is spoken for); as many as a claim of that size needs
+        (_claimsize.py: every lane named costs Redis time)."""
+        waiting = self.book.waiting_lanes()
         lanes = [lane for lane in self._lanes if lane not in waiting]
         return [(lane, self.budgets.for_lane(lane))
                 for lane in lanes[:self.sizer.candidates(want)]]
+
+    def _more_candidates(self, result: ClaimResult, asked: list[tuple[str, Budget]]) -> bool:
+        """Whether ``result`` reports ready lanes that its claim did not name."""
+        named = {lane for lane, _ in asked}
+        waiting = self.book.waiting_lanes()
+        return any(lane not in named and lane not in waiting for lane in result.ready_lanes)
 
     def _defer(self, request: Request, claim: Claim, delay: float) -> None:
         loop = asyncio.get_running_loop()

@@ -491,29 +491,17 @@ class Frontier:
         for _ in range(CLAIM_ATTEMPTS - 1):
             if not result.stale or len(result.claims) >= count or result.control != RUNNING:
                 break
-            more = await self.claim_more(result, count - len(result.claims), worker_id, lanes)
-            if more is result:
-                break  # the call failed: sent again by the next claim (_pending_claim)
+            try:
+                more = await self._claim_once(count - len(result.claims), worker_id, lanes,
+                                              continues=bool(result.claims))
+            except (RedisError, OSError):
+                if not result.claims:
+                    raise
+                break  # sent again by the next claim (_pending_claim); these are held
+            more.claims = result.claims + more.claims
+            more.free_lanes |= result.free_lanes
             result = more
         return result
-
-    async def claim_more(self, first: ClaimResult, count: int, worker_id: str,
-                         lanes: Sequence[tuple[str, Budget]]) -> ClaimResult:
-        """Continue ``first`` with one claim call of up to ``count`` more requests from
-        ``lanes``; no request whose lease expired before is taken beside first's claims
-        (lua/claim.lua ARGV[11]: those go alone). The claims of both in the result; when
-        the call fails, ``first`` itself (its claims are held; the lost call is sent again
-        by the next claim, ``_pending_claim``), or the error when ``first`` claimed
-        nothing."""
-        try:
-            more = await self._claim_once(count, worker_id, lanes, continues=bool(first.claims))
-        except (RedisError, OSError):
-            if not first.claims:
-                raise
-            return first
-        more.claims = first.claims + more.claims
-        more.free_lanes |= first.free_lanes
-        return more
 
     async def _claim_once(self, count: int, worker_id: str,
                           lanes: Sequence[tuple[str, Budget]], continues: bool) -> ClaimResult:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from .._kick import Kick
 from .machine import CommitResult, Failure, Frontier, NewRequest, Revisit
 
 logger = logging.getLogger(__name__)
@@ -55,7 +54,7 @@ class CommitWriter:
         self.frontier = frontier
         self.on_result = on_result
         self.linger = linger
-        self._go = Kick()  # send what is buffered now (flush, drain, a full batch)
+        self._go = asyncio.Event()  # send what is buffered now (flush, drain, a full batch)
         self._batch = Batch([], [], [], [])
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -120,7 +119,10 @@ class CommitWriter:
     async def _linger(self) -> None:
         """Wait until the buffered batch is to be sent (see the module's docstring)."""
         if self.linger > 0 and not self._go.is_set():
-            await self._go.wait(self.linger)
+            try:
+                await asyncio.wait_for(self._go.wait(), self.linger)
+            except asyncio.TimeoutError:
+                pass
         self._go.clear()
 
     async def _run(self) -> None:

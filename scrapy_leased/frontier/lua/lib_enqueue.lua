@@ -33,9 +33,8 @@ end
 -- checked by seen_gen_error. Returns the index of the next ARGV.
 -- Per call, not per request: the new requests' rids are counted here and the rids key
 -- written once, before any of them is pushed (never below a rid in a queue, were the
--- script to stop half-way); one push per LIST and end (lib_settle.lua list_push, in the
--- order given), one ZADD NX of the lanes, one INCRBY of todo: what queue_push does for
--- one request.
+-- script to stop half-way); one push per LIST and end (in the order given), one ZADD NX
+-- of the lanes, one INCRBY of todo. As queue_push (lib_settle.lua) does for one request.
 local function enqueue_new(keys, g, a, n, out, ttl, gen)
   local dups = 0
   local expire_at = (gen + 2) * ttl
@@ -81,7 +80,12 @@ local function enqueue_new(keys, g, a, n, out, ttl, gen)
     redis.call('SET', g.rids, int_str(rid))
     for _, id in ipairs(order_of) do
       local group = groups[id]
-      list_push(lane_queue(group.qi), group.envs, group.priority, group.left, group.start)
+      local q = lane_queue(group.qi)
+      local pushed = redis.call(group.left and 'LPUSH' or 'RPUSH', q.l, unpack(group.envs))
+      if pushed == #group.envs and (group.start or tonumber(group.priority) ~= 0) then
+        redis.call('ZADD', q.idx, tier_rank(group.priority, group.start),
+          tier_code(group.priority, group.start))
+      end
     end
     redis.call('ZADD', keys.lanes, 'NX', unpack(lanes))
     redis.call('INCRBY', keys.todo, queued)

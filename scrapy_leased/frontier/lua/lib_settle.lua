@@ -125,19 +125,17 @@ end
 -- caller's: a start request of priority 0 or any request of another priority goes to
 -- its tier's LIST, a regular one of priority 0 to the fifo LIST); front: a released
 -- request (at the head); order: see above.
--- list_push(q, envs, priority, left, start): push the envelopes envs (one tier's, in
--- order) to the LIST q.l, at its head when left; a LIST that was empty enters its
--- lane's tier index (q.idx) unless it is priority 0's regular one.
-local function list_push(q, envs, priority, left, start)
-  local n = redis.call(left and 'LPUSH' or 'RPUSH', q.l, unpack(envs))
-  if n == #envs and (start or tonumber(priority) ~= 0) then
+local function queue_push(keys, q, lane, env, priority, front, order)
+  local start = order == 'S' or order == 'T'
+  local n
+  if front or order == 'L' or order == 'T' then
+    n = redis.call('LPUSH', q.l, env)
+  else
+    n = redis.call('RPUSH', q.l, env)
+  end
+  if n == 1 and (start or tonumber(priority) ~= 0) then
     redis.call('ZADD', q.idx, tier_rank(priority, start), tier_code(priority, start))
   end
-end
-
-local function queue_push(keys, q, lane, env, priority, front, order)
-  list_push(q, {env}, priority, front or order == 'L' or order == 'T',
-    order == 'S' or order == 'T')
   redis.call('ZADD', keys.lanes, 'NX', 0, lane)
   redis.call('INCR', keys.todo)
 end
