@@ -45,6 +45,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.python.failure import Failure as TwistedFailure
 
 from . import signals as leased_signals
+from ._cancel import cancel_and_wait
 from ._claimbook import Claim, ClaimBook
 from ._claimsize import ClaimSizer
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
@@ -309,9 +310,9 @@ class LeasedScheduler(BaseScheduler):
     async def _close(self, reason: str) -> None:
         assert self.frontier is not None and self.writer is not None
         self._closing = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if await cancel_and_wait(self._tasks):
+            logger.warning("A background task of this worker did not end when cancelled; "
+                           "closing without it")
         if self._round_done is not None:
             self._round_done.set()  # a start() pacing wait ends
         if not await self.writer.drain(timeout=max(30.0, self.config.lease_seconds)):

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._cancel import cancel_requested
 from ..frontier.scripts import as_str
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class PenaltyWatch:
                 await pubsub.subscribe(self.channel)
                 while True:
                     message = await pubsub.get_message(timeout=1.0)
+                    if cancel_requested():  # a cancellation swallowed on the way
+                        raise asyncio.CancelledError
                     if message is None:
                         continue
                     kind = as_str(message.get("type"))
