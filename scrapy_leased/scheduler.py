@@ -819,11 +819,14 @@ class LeasedScheduler(BaseScheduler):
     async def _claim_more(self, first: ClaimResult, want: int) -> ClaimResult:
         """A second claim, for what ``first`` did not get, from the lanes it reported
         ready; the claims of both in the result (``first`` alone when the second call
-        fails: it is sent again by the next claim, Frontier._pending_claim)."""
+        fails: it is sent again by the next claim, Frontier._pending_claim). It continues
+        ``first``: a request whose lease expired before is not claimed beside first's
+        claims (claim.lua keeps those alone)."""
         assert self.frontier is not None
         rest = want - len(first.claims)
         try:
-            more = await self.frontier.claim(rest, self.worker_id, self._candidates(rest))
+            more = await self.frontier.claim(rest, self.worker_id, self._candidates(rest),
+                                             continues=bool(first.claims))
         except (RedisError, OSError):
             if not first.claims:
                 raise

@@ -1310,3 +1310,27 @@ def test_seen_buckets_stay_intset_at_100k_fingerprints(redis_server, crawl_id):
     assert {b: sizes[b] for b in present} == dict(buckets)
     assert sum(sizes) == 100_000
     assert max(sizes) < 512  # set-max-intset-entries
+
+
+def test_a_continued_claim_leaves_a_request_whose_lease_expired_for_a_call_of_its_own(
+        redis_server, crawl_id):
+    """A claim that continues one of the caller's (the scheduler's second claim of a
+    round, the stale-tier continuation) takes no request whose lease expired before: it
+    goes alone, in a call that claims nothing else."""
+
+    async def body(f, r):
+        await f.enqueue([NewRequest("S")])
+        res = await f.claim(1, "dies")
+        wait_redis_past(r, res.now_ms + 100)
+        assert await f.recover() == (1, 0, 0)
+        await f.enqueue([NewRequest("a"), NewRequest("b")])
+        continued = await f.claim(2, "w", continues=True)
+        alone = await f.claim(2, "w")
+        rest = await f.claim(2, "w")
+        return ([e.payload for _, e in continued.claims], [e.payload for _, e in alone.claims],
+                [e.payload for _, e in rest.claims])
+
+    continued, alone, rest = run(redis_server, crawl_id, body, lease_ms=100)
+    assert "S" not in continued
+    assert alone == ["S"]
+    assert sorted(continued + rest) == ["a", "b"]

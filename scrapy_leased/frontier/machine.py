@@ -480,20 +480,23 @@ class Frontier:
                                                  priority=priority)])).fails[0]
 
     async def claim(self, count: int, worker_id: str,
-                    lanes: Sequence[tuple[str, Budget]] = (("", NO_BUDGET),)) -> ClaimResult:
+                    lanes: Sequence[tuple[str, Budget]] = (("", NO_BUDGET),),
+                    continues: bool = False) -> ClaimResult:
         """Claim up to ``count`` requests from the given candidate lanes (each with its
         budget); the result names the lanes ready now, to pass next time. A lane whose
         top tier this caller did not know is left by a call (lua/claim.lua: ``stale``;
         the reply names the tier): then the call is continued by another for what is
         left of ``count``, up to ``CLAIM_ATTEMPTS`` calls in all, the claims of all of
-        them in the result."""
-        result = await self._claim_once(count, worker_id, lanes, continues=False)
+        them in the result. ``continues``: this claim continues one of the caller's
+        that claimed requests, so no request whose lease expired before is taken (those
+        go alone, lua/claim.lua ARGV[11])."""
+        result = await self._claim_once(count, worker_id, lanes, continues=continues)
         for _ in range(CLAIM_ATTEMPTS - 1):
             if not result.stale or len(result.claims) >= count or result.control != RUNNING:
                 break
             try:
                 more = await self._claim_once(count - len(result.claims), worker_id, lanes,
-                                              continues=bool(result.claims))
+                                              continues=continues or bool(result.claims))
             except (RedisError, OSError):
                 if not result.claims:
                     raise
