@@ -104,7 +104,10 @@ def prepare_python(cache: Path, scrapy_version: str, in_place: bool) -> str:
             subprocess.run([sys.executable, "-m", "pip", "install", "-q", *TEST_DEPS], check=True)
         return sys.executable
     reqs = [f"scrapy=={scrapy_version}", *TEST_DEPS]
-    stamp = hashlib.sha1(json.dumps([reqs, (REPO / "pyproject.toml").read_text()]).encode()).hexdigest()
+    # the repository's path too: the virtualenv holds it as an editable install, so one
+    # made for another checkout would test that checkout's code
+    stamp = hashlib.sha1(json.dumps([reqs, str(REPO), (REPO / "pyproject.toml").read_text()])
+                         .encode()).hexdigest()
     env_dir = cache / f"venv-{scrapy_version}-py{sys.version_info[0]}{sys.version_info[1]}"
     python = env_dir / "bin" / "python"
     marker = env_dir / ".leased-compat"
