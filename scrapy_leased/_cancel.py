@@ -23,10 +23,11 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[None]]) -> list[asyncio
     """Cancel ``tasks`` and wait until every one has ended; the ones still running after
     ``ATTEMPTS`` rounds are returned.
 
-    A cancellation can be swallowed: before Python 3.12 ``asyncio.wait_for`` (and code
-    built on it, in libraries too) drops one that lands in the loop turn its wait ends,
-    and the task runs on. So a task that has not ended ``AGAIN_AFTER_SECONDS`` after its
-    cancellation is cancelled again, instead of being awaited for ever."""
+    A cancellation can be swallowed by code the task awaits, and the task then runs on:
+    seen with the penalty watch in redis-py's ``PubSub.get_message`` (where it is lost
+    was not found), and known of ``asyncio.wait_for`` before Python 3.12 (the reason for
+    ``Kick`` in _leasekeeper.py). So a task that has not ended ``AGAIN_AFTER_SECONDS``
+    after its cancellation is cancelled again, instead of being awaited for ever."""
     pending = {task for task in tasks if not task.done()}
     done: set[asyncio.Future[None]] = {task for task in tasks if task.done()}
     for _ in range(ATTEMPTS):
