@@ -133,7 +133,10 @@ def site_summary(entries: list[dict], pages: int) -> dict[str, Any]:
     span = (max(ts) - min(ts)) if ts else 0.0
     # time-averaged requests being answered (sites that log when a request arrived, t0)
     busy = sum(e["t"] - e["t0"] for e in entries if e["path"].startswith("/p/") and e.get("t0"))
-    return {"served": len(paths), "distinct": distinct,
+    # TCP connections the crawl opened to the site: one client port each (a closed
+    # connection's port stays in TIME_WAIT on the client far longer than a run)
+    ports = {e["client_port"] for e in entries if "client_port" in e}
+    return {"served": len(paths), "distinct": distinct, "connections": len(ports),
             "inflight": busy / span if span and busy else None,
             "duplicates": sum(n - 1 for n in counts.values() if n > 1),
             "misses": pages - distinct, "span": span, "first": min(ts) if ts else None,
@@ -280,7 +283,7 @@ def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir:
             client.close()
     per_site = [site_summary(site.entries(), pages) for site in sites]
     summary = {k: sum(x[k] for x in per_site)
-               for k in ("served", "distinct", "duplicates", "misses", "errors")}
+               for k in ("served", "distinct", "duplicates", "misses", "errors", "connections")}
     summary["span"] = max(x["span"] for x in per_site)
     summary["first"] = min((x["first"] for x in per_site if x["first"]), default=None)
     summary["last"] = max((x["last"] for x in per_site if x["last"]), default=None)

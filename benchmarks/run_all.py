@@ -371,11 +371,13 @@ def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
          f"served; median (min-max) of {reps} runs; ratio to plain Scrapy's median. Wall: "
          f"launch of the processes to the exit of the last one (Python start-up, and for "
          f"scrapy-redis its idle timeout, included). Duplicates and misses: totals over "
-         f"all {reps} runs, from the site's log.")
+         f"all {reps} runs, from the site's log. HTTP connections opened: the TCP "
+         f"connections the crawl opened to the site (distinct client ports in the site's "
+         f"log; median, min-max), all workers together.")
     emit()
     emit("| setup | workers | pages/s | vs plain Scrapy | wall s | duplicates | misses "
-         "| every worker ended by itself |")
-    emit("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+         "| HTTP connections opened | every worker ended by itself |")
+    emit("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for mode, workers in setups:
         rs = results[(mode, workers)]
         pps = [r["pages_per_s"] for r in rs]
@@ -385,6 +387,7 @@ def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
              f"{fmt([r['wall'] for r in rs], 1)} | "
              f"{sum(r['site']['duplicates'] for r in rs)} | "
              f"{sum(r['site']['misses'] for r in rs)} | "
+             f"{fmt([r['site'].get('connections', 0) for r in rs])} | "
              f"{'yes (finished, exit 0)' if ended else 'NO'} |")
     emit()
     emit("Setup (`benchmarks/project`, one spider for all): the spider follows every link "

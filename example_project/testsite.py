@@ -367,6 +367,8 @@ class Site:
             "port": handler.server.server_address[1],
             "server_host": handler.server.server_address[0],
             "status": status,
+            # the client's port: one per TCP connection (benchmarks count connections)
+            "client_port": handler.client_address[1],
         }
         body = getattr(handler, "body", None)
         if body is not None:  # a POST: its body, as text
