@@ -386,15 +386,22 @@ class Frontier:
     def _enqueue_args(self, extra: ExtraKeys, enqueue: Sequence[NewRequest],
                       gen: int | None) -> list[Any]:
         """The ARGV of new requests (lua/lib_enqueue.lua), their KEYS added to ``extra``
-        (the seen buckets of generation ``gen``, None: no expiry)."""
+        (the seen buckets of generation ``gen``, None: no expiry): what requests share
+        (lane, priority, order) once per group, then four fields a request."""
         k = self.keys
-        args: list[Any] = []
+        groups: dict[tuple[str, int, str], int] = {}
+        specs: list[Any] = []
+        requests: list[Any] = []
         for r in enqueue:
+            group = groups.get((r.lane, r.priority, r.order))
+            if group is None:
+                group = groups[(r.lane, r.priority, r.order)] = len(groups) + 1
+                specs += [r.priority,
+                          extra.queue(k, r.lane, tier_code(r.priority, _start(r.order))),
+                          r.lane, r.order]
             bucket = 0 if r.bucket is None else extra.seen(k, r.bucket, gen)
-            args += [bucket, r.member, r.priority,
-                     extra.queue(k, r.lane, tier_code(r.priority, _start(r.order))), r.lane,
-                     r.payload, r.order]
-        return args
+            requests += [bucket, r.member, group, r.payload]
+        return [len(groups), *specs, *requests]
 
     async def seen_generation(self) -> int | None:
         """The seen set's current generation as this caller knows it (None: seen entries

@@ -86,7 +86,8 @@ local LIMIT_STAT = {[7] = {KEYS[6], 'done', 'LEASED_CLOSE_PAGECOUNT'},
   [9] = {KEYS[12], 'spider_exceptions/count', 'LEASED_CLOSE_ERRORCOUNT'}}
 local lease_ms = tonumber(ARGV[2])
 local half_life = tonumber(ARGV[5])
-local now = server_ms()
+g.now_us = guard_now_us()  -- one TIME read for the call: its tokens and its ms
+local now = math.floor(g.now_us / 1000)
 redis.call('ZADD', KEYS[8], now, ARGV[3])
 local control = redis.call('HMGET', KEYS[11], 'state', 'started')
 local state = control[1] or 'running'

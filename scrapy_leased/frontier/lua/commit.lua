@@ -15,9 +15,8 @@
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
 -- ARGV[5] the seen set's expiry in ms (LEASED_SEEN_TTL; 0: none)  ARGV[6] the seen-set
 -- generation the keys are for (lib_enqueue.lua)  ARGV[7] n_revisit
--- then n_enqueue x {bucket index into KEYS (0 = no dedupe), member, priority,
---                   index into KEYS of its tier's LIST in its lane, lane, payload,
---                   queue order code (lib_settle.lua: L, F, S or T)} (lib_enqueue.lua)
+-- then the n_enqueue new requests, in groups of the same lane, priority and order
+--                   (lib_enqueue.lua: enqueue_new)
 -- then n_ack     x {token, rid, revisit interval in ms (0: none): the acked request is
 --                   queued again that long after the ack (revisit.lua), attempts 0}
 -- then n_fail    x {token, reason, permanent (0/1), index into KEYS of the LIST of
@@ -46,7 +45,7 @@ if gen_error then return gen_error end
 local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3], dead = KEYS[7]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
-local fail_at = 8 + 7 * n_enq + 3 * n_ack
+local fail_at = 8 + enqueue_args_len(8, n_enq) + 3 * n_ack
 for i = 0, n_fail - 1 do
   local a = fail_at + 7 * i
   local env = redis.call('HGET', KEYS[5], ARGV[a])

@@ -14,8 +14,7 @@
 -- ARGV[1] worker id  ARGV[2] n_enqueue  ARGV[3] n_bad  ARGV[4] the seen set's expiry
 -- in ms (0: none)  ARGV[5] the seen-set generation the keys are for (lib_enqueue.lua:
 -- 'SEEN_GENERATION <gen>' error, before any change, when it is not the current one)
--- ARGV[6] the batch id; then n_enqueue x the seven fields of a new request
--- (lib_enqueue.lua)
+-- ARGV[6] the batch id; then the n_enqueue new requests (lib_enqueue.lua: enqueue_new)
 -- then n_bad x {entry, reason}: dead letter 'feed:<sha1 of the entry>' (JSON {reason,
 -- attempts 0, entry, t}; the same entry twice is one letter), stats 'feed_malformed'
 -- (and 'dead' for each new letter)

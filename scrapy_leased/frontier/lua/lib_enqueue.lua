@@ -21,12 +21,20 @@ local function seen_gen_error(ttl, gen)
   return nil
 end
 
+-- The new requests' ARGV (enqueue_new), from a: {g, then g groups x {priority, index
+-- into KEYS of the LIST of the group's tier in its lane (the lane's tier index right
+-- after it: lib_settle.lua lane_queue), lane, queue order code (lib_settle.lua: L, F, S
+-- or T)}, then n requests x {bucket index into KEYS (0 = no dedupe; with an expiry, the
+-- current generation's SET, the previous one's right after it), member, group number
+-- (1..g), payload}}. What requests share (their lane, priority and order) is sent once
+-- per group: an argument costs Redis about as much as a short command (parsed, then
+-- made a Lua string). enqueue_args_len: how many ARGV that is.
+local function enqueue_args_len(a, n)
+  return 1 + 4 * tonumber(ARGV[a]) + 4 * n
+end
+
 -- enqueue_new(keys, g, a, n, out, ttl, gen): queue the n new requests whose ARGV start
--- at a, seven each: {bucket index into KEYS (0 = no dedupe; with an expiry, the
--- current generation's SET, the previous one's right after it), member, priority,
--- index into KEYS of the LIST of its tier in its lane (the lane's tier index right
--- after it: lib_settle.lua lane_queue), lane, payload, queue order code (lib_settle.lua:
--- L, F, S or T)}. Each is deduplicated (SADD to its seen bucket) and pushed as ONE
+-- at a (above). Each is deduplicated (SADD to its seen bucket) and pushed as ONE
 -- decision, with a new rid. Appends 1 (queued) or 0 (duplicate) per request to out;
 -- counts stats 'enqueued' and 'duplicates'. keys: {lanes, todo, stats}; g: the guard
 -- (lib_guard.lua); ttl, gen: the seen set's expiry (ms, 0: none) and the generation
@@ -48,10 +56,13 @@ local function enqueue_new(keys, g, a, n, out, ttl, gen)
   end
   local groups, order_of, lanes, lane_set = {}, {}, {}, {}
   local rid = g.last_rid
+  local specs = a + 1  -- the argument groups: spec i at specs + 4 (i - 1)
+  a = specs + 4 * tonumber(ARGV[a])
   for _ = 1, n do
     if new_in_seen_set(tonumber(ARGV[a]), ARGV[a + 1]) then
       rid = rid + 1
-      local qi, order, lane, priority = tonumber(ARGV[a + 3]), ARGV[a + 6], ARGV[a + 4], ARGV[a + 2]
+      local s = specs + 4 * (tonumber(ARGV[a + 2]) - 1)
+      local priority, qi, lane, order = ARGV[s], tonumber(ARGV[s + 1]), ARGV[s + 2], ARGV[s + 3]
       local left = order == 'L' or order == 'T'
       local id = (left and 'L' or 'R') .. qi
       local group = groups[id]
@@ -61,7 +72,7 @@ local function enqueue_new(keys, g, a, n, out, ttl, gen)
         groups[id] = group
         order_of[#order_of + 1] = id
       end
-      group.envs[#group.envs + 1] = make_envelope(rid, 0, 0, priority, lane, ARGV[a + 5])
+      group.envs[#group.envs + 1] = make_envelope(rid, '0', '0', priority, lane, ARGV[a + 3])
       if not lane_set[lane] then
         lane_set[lane] = true
         lanes[#lanes + 1] = 0
@@ -72,7 +83,7 @@ local function enqueue_new(keys, g, a, n, out, ttl, gen)
       out[#out + 1] = 0
       dups = dups + 1
     end
-    a = a + 7
+    a = a + 4
   end
   local queued = rid - g.last_rid
   if queued > 0 then

@@ -72,9 +72,20 @@ local function utf8_seq(s, i)
   return len
 end
 
+local ASCII_CHUNK = 4000  -- bytes per string.byte call (Lua's C stack holds ~8,000)
+
 -- Whether s is valid UTF-8 (a queue member pushed by hand may not be).
 local function utf8_valid(s)
-  if not string.find(s, '[\128-\255]') then return true end
+  -- ASCII (the usual case) needs no decoding: the largest byte, in a few C calls (a
+  -- pattern search for a byte above 127 costs ~15 times as much)
+  local ascii = true
+  for i = 1, #s, ASCII_CHUNK do
+    if math.max(0, string.byte(s, i, i + ASCII_CHUNK - 1)) > 127 then
+      ascii = false
+      break
+    end
+  end
+  if ascii then return true end
   local i = 1
   while i <= #s do
     local len = utf8_seq(s, i)

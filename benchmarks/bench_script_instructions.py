@@ -1,0 +1,244 @@
+"""Instructions Redis runs per call of claim.lua and commit.lua, counted by callgrind.
+
+    python benchmarks/bench_script_instructions.py [--calls 200] [--lanes 64] [--micro]
+
+Redis CPU seconds (``INFO cpu``, bench_frontier.py) move by 2x between runs on a shared
+machine; instructions do not: ``valgrind --tool=callgrind`` counts the instructions the
+redis-server process runs (its own code, Lua, libc), the same count for the same code
+and calls whatever else the machine does (two runs agree within 0.5 %). So this is the
+figure to compare two versions of the scripts with; it says nothing of time.
+
+A private ``redis-server`` runs under callgrind with instrumentation off; it is seeded
+with 20,000 requests over ``--lanes`` lanes (bench_frontier.seed), then, counted one
+phase at a time (``callgrind_control -i on``, ``-d`` after the phase):
+
+* claims of 4 requests from 8 candidate lanes (``Frontier.claim``), ``--calls`` of them;
+* commits of 4 pages (``Frontier.commit``): 10 links a page (7 duplicates of seed URLs,
+  3 new: 2 on the page's lane, 1 on a random one) and 4 acks, as bench_frontier's
+  simulated workers send them;
+* the trivial script (``return 1``): what a call costs with nothing in it.
+
+``--micro`` adds single Lua operations and Redis commands inside a script (10 per call,
+less the trivial call): what the scripts' parts cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+
+import bench_frontier as bf  # noqa: E402
+
+ENVELOPE = ('12345|0|0|0|host7.example.com|{"u":"https://host7.example.com/p/c123",'
+            '"k":{"depth":3},"h":{"Referer":["https://host7.example.com/"]},"cb":"parse"}')
+
+
+class Counted:
+    """redis-server under callgrind, instrumentation off until ``phase``."""
+
+    def __init__(self, workdir: str) -> None:
+        from tests.support.redis_server import free_port
+
+        self.out = os.path.join(workdir, "callgrind.out")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+             f"--callgrind-out-file={self.out}", "redis-server", "--port", str(self.port),
+             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import redis
+
+        self.client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("redis-server under valgrind did not start") from None
+                time.sleep(0.2)
+        self.phases: list[str] = []
+
+    def _ctl(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(self.proc.pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        self._ctl("-i", "on")
+
+    def stop(self, label: str) -> None:
+        self._ctl("-d", f"phase{len(self.phases)}")
+        self._ctl("-i", "off")
+        self._ctl("-z")
+        self.phases.append(label)
+
+    def totals(self) -> dict[str, int]:
+        """Instructions of each phase, from its dump."""
+        files = sorted(glob.glob(self.out + ".*"), key=lambda p: int(p.rsplit(".", 1)[1]))
+        out = {}
+        for label, path in zip(self.phases, files):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                found = re.search(r"^summary: (\d+)", fh.read(), re.M)
+            out[label] = int(found.group(1)) if found else 0
+        return out
+
+    def close(self) -> None:
+        try:
+            self.client.shutdown(nosave=True)
+        except Exception:
+            pass
+        self.proc.wait(timeout=120)
+
+
+def frontier_phases(srv: Counted, calls: int, lanes: int) -> None:
+    from scrapy_leased.connection import make_client
+    from scrapy_leased.frontier import NO_BUDGET, Frontier
+    from scrapy_leased.frontier.keys import CrawlKeys
+
+    bf.seed(srv.url, 20_000, lanes)
+    pool = bf.seed_requests(20_000, lanes)
+
+    async def go() -> None:
+        f = Frontier(make_client(srv.url), CrawlKeys(bf.CRAWL_ID), lease_ms=bf.LEASE_MS,
+                     max_attempts=4)
+        names = [bf.host(i) for i in range(lanes)]
+        held: list[Any] = []
+        rng = random.Random(7)
+        counter = [0]
+
+        def links(env: Any) -> list[Any]:
+            out = []
+            for k in range(bf.LINKS_NEW):
+                counter[0] += 1
+                lane = env.lane if k < 2 else bf.host(rng.randrange(lanes))
+                out.append(bf.new_request(f"https://{lane}/p/c{counter[0]}", "https://x/", lane))
+            return out + [pool[rng.randrange(len(pool))] for _ in range(bf.LINKS_DUP)]
+
+        async def commit() -> None:
+            done = [held.pop() for _ in range(4)]
+            await f.commit([x for _, e in done for x in links(e)], [(t, e.rid) for t, e in done])
+
+        # scripts loaded and the guard's epoch started before anything is counted
+        held.extend((await f.claim(4, "w", [(names[i], NO_BUDGET) for i in range(8)])).claims)
+        await commit()
+        trivial = f.client.register_script(bf.TRIVIAL)
+        await trivial()
+        await asyncio.to_thread(srv.start)
+        for t in range(calls):
+            cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
+            held.extend((await f.claim(4, "w", cands)).claims)
+        await asyncio.to_thread(srv.stop, "claim.lua: 4 requests from 8 candidate lanes")
+        await asyncio.to_thread(srv.start)
+        for _ in range(calls):
+            await commit()
+        await asyncio.to_thread(srv.stop, "commit.lua: 4 pages (40 links, 4 acks)")
+        await asyncio.to_thread(srv.start)
+        for _ in range(calls):
+            await trivial()
+        await asyncio.to_thread(srv.stop, "trivial script (`return 1`)")
+        await f.client.aclose()
+
+    asyncio.run(go())
+
+
+def micro_cases() -> list[tuple[str, str, list[str], list[str]]]:
+    """(label, script, KEYS, ARGV): 10 of one operation per call."""
+    from scrapy_leased.frontier.scripts import script_source
+
+    prefix = script_source("claim").split("local g = guard_open()")[0]
+    ten = "for i = 1, 10 do local a = {} end return 1"
+    return [
+        ("the claim script's helpers defined, nothing run", prefix + "\nreturn 1", [], []),
+        ("97 arguments (a claim from 8 candidate lanes)", "return 1",
+         [f"key{i}" for i in range(50)], [f"argument{i}" for i in range(47)]),
+        ("guard_open: INFO server, its run_id, the epoch's reads (lib_guard.lua)", prefix +
+         "\nlocal g = guard_open() return 1", ["e", "t", "r", "c"], ["", "0", "0", "0"]),
+        ("parse_envelope", prefix + "\n" + ten.replace("{}", "{parse_envelope(ARGV[1])}"),
+         [], [ENVELOPE]),
+        ("utf8_valid of an ASCII envelope", prefix + "\n" +
+         ten.replace("{}", "utf8_valid(ARGV[1])"), [], [ENVELOPE]),
+        ("a number concatenated ('x' .. n)", ten.replace("{}", "'x' .. (1764900000000 + i)"),
+         [], []),
+        ("tonumber of a 13-digit string", ten.replace("{}", "tonumber(ARGV[1])"), [],
+         ["1764900000000"]),
+        ("TIME", ten.replace("{}", "redis.call('TIME')"), [], []),
+        ("EXISTS", ten.replace("{}", "redis.call('EXISTS', KEYS[1])"), ["x"], []),
+        ("HMGET of 5 fields, no such key", ten.replace(
+            "{}", "redis.call('HMGET', KEYS[1], 'tat', 'blk', 'pf', 'pt', 'cd')"), ["x"], []),
+        ("cmsgpack.pack of a claim-like reply (28 values)",
+         "local t = {} for i = 1, 20 do t[i] = i end for i = 1, 4 do t[#t + 1] = "
+         "'1764900000000123' t[#t + 1] = ARGV[1] end "
+         "for i = 1, 10 do local s = cmsgpack.pack(t) end return 1", [], [ENVELOPE]),
+    ]
+
+
+def micro_phases(srv: Counted, calls: int) -> list[tuple[str, int]]:
+    cases = [("trivial", "return 1", [], []), *micro_cases()]
+    shas = []
+    for _, src, keys, args in cases:
+        sha = srv.client.script_load(src)
+        srv.client.evalsha(sha, len(keys), *keys, *args)
+        shas.append(sha)
+    for (label, _, keys, args), sha in zip(cases, shas):
+        srv.start()
+        for _ in range(calls):
+            srv.client.evalsha(sha, len(keys), *keys, *args)
+        srv.stop("micro: " + label)
+    return [(label, len(keys) + len(args)) for label, _, keys, args in cases]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--lanes", type=int, default=64)
+    ap.add_argument("--micro", action="store_true")
+    a = ap.parse_args()
+    for tool in ("valgrind", "callgrind_control", "redis-server"):
+        if not shutil.which(tool):
+            print(f"{tool} not found (valgrind: Debian's package valgrind)", file=sys.stderr)
+            return 2
+    with tempfile.TemporaryDirectory() as workdir:
+        srv = Counted(workdir)
+        try:
+            frontier_phases(srv, a.calls, a.lanes)
+            if a.micro:
+                micro_phases(srv, a.calls)
+        finally:
+            srv.close()
+        totals = srv.totals()
+    print("| phase | instructions per call | above the trivial call |")
+    print("| --- | ---: | ---: |")
+    trivial = totals.get("trivial script (`return 1`)", 0) / a.calls
+    micro_base = totals.get("micro: trivial", 0) / a.calls
+    for label, total in totals.items():
+        per = total / a.calls
+        if label.startswith("micro: "):
+            if label == "micro: trivial":
+                continue
+            each = (per - micro_base) / (1 if "helpers" in label or "arguments" in label
+                                         or "guard_open" in label else 10)
+            print(f"| {label[7:]} (each) | {each:,.0f} | |")
+        else:
+            print(f"| {label} | {per:,.0f} | {per - trivial:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
