@@ -653,6 +653,31 @@ def test_commit_batch_fails_and_acks_together(redis_server, crawl_id):
     assert run(redis_server, crawl_id, body) == [("child", 0), ("http://c/", 0), ("Q", 1)]
 
 
+
+def test_stats_riding_along_with_a_commit_are_applied_once_per_call_id(redis_server,
+                                                                     crawl_id):
+    """A commit carries the worker's stats deltas (writer.py stats_delta): applied with
+    the ack, and not again when the same commit is sent again (a lost reply)."""
+    keys = CrawlKeys(crawl_id)
+    stats = ["i", "item_scraped_count", "3", "f", "response_bytes_avg", "1.5",
+             "max", "memusage/max", "100", "min", "start_time", "1000.5"]
+
+    async def body(f, r):
+        await f.enqueue([NewRequest("P")])
+        ((token, env),) = (await f.claim(1, "w")).claims
+        call = f.new_call_id()
+        first = await f.commit(acks=[(token, env.rid)], call_id=call, stats=stats)
+        again = await f.commit(acks=[(token, env.rid)], call_id=call, stats=stats)
+        assert first.acks == again.acks == [3]
+        await f.commit(stats=["i", "item_scraped_count", "2", "max", "memusage/max", "50",
+                              "min", "start_time", "999"])
+        return r.hgetall(keys.fleet_stats)
+
+    assert run(redis_server, crawl_id, body) == {
+        "item_scraped_count": "5", "response_bytes_avg": "1.5", "memusage/max": "100",
+        "start_time": "999"}
+
+
 def test_fail_reason_truncated_to_500_characters_non_ascii(redis_server, crawl_id):
     keys = CrawlKeys(crawl_id)
     reason = "a" + "é" * 600  # an exception message quoting a non-ASCII URL, say

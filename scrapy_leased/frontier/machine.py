@@ -312,11 +312,14 @@ class Frontier:
 
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
                      fails: Sequence[Failure] = (), call_id: str | None = None,
-                     revisits: Mapping[int, Revisit] | None = None) -> CommitResult:
+                     revisits: Mapping[int, Revisit] | None = None,
+                     stats: Sequence[Any] = ()) -> CommitResult:
         """Enqueue, ack and fail in one atomic step. ``call_id``: the id of this commit
         (``new_call_id``); send a commit whose outcome is unknown again with the same id
         and the same contents, and it is applied once. None: a new id. ``revisits``:
-        claim token -> when and what to queue again after its ack (``revisit``)."""
+        claim token -> when and what to queue again after its ack (``revisit``).
+        ``stats``: Scrapy stats deltas added to the fleet stats in the same step, flat
+        triples {op, name, value} (observe/flush.py ``StatsFlusher.compose_ops``)."""
         k = self.keys
         revisits = revisits or {}
         call_id = call_id or self.new_call_id()
@@ -324,10 +327,10 @@ class Frontier:
 
         def build(gen: int | None) -> tuple[list[str], list[Any]]:
             keys = [k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
-                    k.throughput, k.owners, k.revisit]
+                    k.throughput, k.owners, k.revisit, k.fleet_stats]
             extra = ExtraKeys(keys)
             args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts,
-                               self.seen_ttl_ms, gen or 0, len(revisits)]
+                               self.seen_ttl_ms, gen or 0, len(revisits), len(stats) // 3]
             args += self._enqueue_args(extra, enqueue, gen)
             for token, rid in acks:
                 revisit = revisits.get(token)
@@ -339,6 +342,7 @@ class Frontier:
                          "" if f.rid is None else f.rid, priority]
             for token, r in revisits.items():
                 args += [token, r.priority, r.lane, r.payload]
+            args += stats
             gkeys, gargs = self._guard("commit", call_id)
             return keys + gkeys, args + gargs
 

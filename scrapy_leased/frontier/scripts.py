@@ -27,7 +27,8 @@ from redis.exceptions import NoScriptError
 LIBS: dict[str, tuple[str, ...]] = {
     "claim": ("lib_time", "lib_envelope", "lib_settle", "lib_rate", "lib_guard", "lib_batch"),
     "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
-               "lib_batch"),
+               "lib_batch", "lib_stats"),
+    "stats_flush": ("lib_stats",),  # observe/flush.py
     "feed_take": ("lib_time",),  # the feed (feed/drain.py): a batch taken off it
     # layout: the seen-set layout, recorded once (Frontier.check_layout)
     "feed_commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue"),

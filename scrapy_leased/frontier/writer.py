@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -45,6 +46,8 @@ class Batch:
     acks: list[tuple[int, int]]
     fails: list[Failure]
     revisits: dict[int, Revisit] = field(default_factory=dict)  # token -> (Frontier.commit)
+    #: Scrapy stats deltas riding along (Frontier.commit ``stats``), taken once per batch
+    stats: list[Any] = field(default_factory=list)
 
 
 class CommitWriter:
@@ -61,10 +64,12 @@ class CommitWriter:
         self._idle.set()
         self.generation = 0  # completed commits, to tell fresh observations from stale
         self._warned = False
-        #: Awaited before each commit that acks or fails claims (again when it is sent
-        #: again): the fleet stats flush (observe/stats.py), so a claim is acked only
-        #: once the stats of its processing are in Redis.
-        self.before_settle: Callable[[], Awaitable[None]] | None = None
+        #: Called once for each batch that acks or fails claims, when it is taken: the
+        #: worker's Scrapy stats deltas since the last ones taken (observe/stats.py), sent
+        #: in the same commit (so a claim is never settled before the stats of its
+        #: processing are in Redis, and no call of their own is needed), and sent again
+        #: unchanged with it.
+        self.stats_delta: Callable[[], list[Any]] | None = None
 
     @property
     def pending(self) -> bool:
@@ -130,14 +135,15 @@ class CommitWriter:
         while self._batch.enqueue or self._batch.acks or self._batch.fails:
             await self._linger()
             batch = self._take()
+            if self.stats_delta is not None and (batch.acks or batch.fails):
+                batch.stats = self.stats_delta()
             call_id = self.frontier.new_call_id()
             while True:  # the same batch, the same id, until Redis answers
                 try:
-                    if self.before_settle is not None and (batch.acks or batch.fails):
-                        await self.before_settle()
                     result = await self.frontier.commit(batch.enqueue, batch.acks, batch.fails,
                                                         call_id=call_id,
-                                                        revisits=batch.revisits)
+                                                        revisits=batch.revisits,
+                                                        stats=batch.stats)
                     break
                 except (RedisError, OSError) as exc:
                     if not self._warned:

@@ -8,7 +8,10 @@ seconds). Other values (strings, booleans, other datetimes) are not sent;
 ``elapsed_time_seconds`` (last finish minus first start), ``responses_per_minute`` and
 ``items_per_minute`` are derived when reading.
 
-Each flush carries the worker's next sequence number, and a flush that failed is sent
+The deltas also ride along with the worker's commits that settle claims
+(``compose_ops``, frontier/writer.py; applied once per commit call by lua/commit.lua),
+so most of them need no call of their own. Each flush carries the worker's next
+sequence number, and a flush that failed is sent
 again unchanged (same number, same deltas) before anything new: Redis applies it once
 even when the first try ran and only its reply was lost.
 
@@ -74,6 +77,17 @@ class StatsFlusher:
     def compose(self, stats: Mapping[str, Any]) -> list[Any] | None:
         """The next flush's ARGV for ``stats`` (None: nothing changed); the values are
         then counted as sent."""
+        args = self.compose_ops(stats)
+        if not args:
+            return None
+        self._seq += 1
+        return [self._seq, SEQ_TTL_MS, *args]
+
+    def compose_ops(self, stats: Mapping[str, Any]) -> list[Any]:
+        """What changed in ``stats`` since the last values composed, as flat triples
+        {op, name, value} (lib_stats.lua), then counted as sent: whoever sends them
+        (a flush, or a commit they ride along with: frontier/writer.py) sends them
+        again until Redis has applied them once."""
         args: list[Any] = []
         for name, value in stats.items():
             op = stat_op(name, value)
@@ -88,10 +102,7 @@ class StatsFlusher:
             elif number != before:
                 args += [kind, name, _number_text(number)]
             self._sent[name] = number
-        if not args:
-            return None
-        self._seq += 1
-        return [self._seq, SEQ_TTL_MS, *args]
+        return args
 
     async def flush(self, stats: Mapping[str, Any]) -> None:
         """Send a failed flush again, then what changed since; raises RedisError/OSError

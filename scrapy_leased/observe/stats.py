@@ -1,10 +1,11 @@
 """Extension: a worker's Scrapy stats added to the crawl's fleet-wide stats in Redis.
 
 Each worker sends the deltas of its numeric stats (observe/flush.py,
-lua/stats_flush.lua): every LEASED_RENEW_INTERVAL (its heartbeat), before each commit
-that acks or fails claims (so a request counted done in Redis has its response, items
-and status codes counted in the fleet stats too, even if its worker is killed right
-after), and at close, after Scrapy's CoreStats set ``finish_time``. A worker killed with
+lua/stats_flush.lua): every LEASED_RENEW_INTERVAL (its heartbeat), with each commit
+that acks or fails claims (in the same atomic step, lua/commit.lua: a request counted
+done in Redis has its response, items and status codes counted in the fleet stats too,
+even if its worker is killed right after), and at close, after Scrapy's CoreStats set
+``finish_time``. A worker killed with
 kill -9 leaves what it flushed. The worker's own end-of-crawl stats dump is Scrapy's,
 unchanged. ``scrapy leased status`` shows the fleet stats (``stats`` in ``--json``).
 
@@ -71,9 +72,14 @@ class LeasedFleetStats:
         # when the last flush (with finish_time) is still to come.
         self._client = make_client(url)
         self.flusher = StatsFlusher(self._client, scheduler.frontier.keys, scheduler.worker_id)
-        if scheduler.writer is not None:
-            scheduler.writer.before_settle = self.flush
+        if scheduler.writer is not None:  # the deltas ride along with its commits
+            scheduler.writer.stats_delta = self.stats_delta
         self._task = asyncio.ensure_future(self._loop())
+
+    def stats_delta(self) -> list[Any]:
+        """What changed in the stats since the last deltas taken (a commit carries it)."""
+        assert self.flusher is not None
+        return self.flusher.compose_ops(self.crawler.stats.get_stats())
 
     async def flush(self) -> None:
         """Send the stats deltas; raises RedisError/OSError (kept for the next call)."""

@@ -1,20 +1,23 @@
 #!lua
 -- commit: one worker's batch of results, atomically and in this order:
 --   1. enqueue new requests, each deduplicated and pushed as ONE decision;
---   2. ack finished claims (their children are already queued by step 1);
---   3. fail claims (attempt +1, requeue at the back, or dead-letter).
+--   2. add the worker's Scrapy stats deltas to the fleet stats (those of the claims
+--      settled here: a claim is never settled before the stats of its processing);
+--   3. ack finished claims (their children are already queued by step 1);
+--   4. fail claims (attempt +1, requeue at the back, or dead-letter).
 -- KEYS[1] lanes  KEYS[2] todo  KEYS[3] stats  KEYS[4] leases
 -- KEYS[5] inflight  KEYS[6] done  KEYS[7] dead  KEYS[8] rids (request id counter)
 -- KEYS[9] throughput (HASH 10-second bucket -> requests newly done)
 -- KEYS[10] owners (HASH claim token -> worker id: removed with each lease that ends)
 -- KEYS[11] revisit (ZSET envelope -> due time in ms: revisit.lua queues it again then)
--- KEYS[12..] seen buckets (SETs of 64-bit integers) and queue LISTs (each followed by
+-- KEYS[12] fleet_stats (HASH: the fleet's Scrapy stats, observe/flush.py)
+-- KEYS[13..] seen buckets (SETs of 64-bit integers) and queue LISTs (each followed by
 --           its lane's tier index: lib_settle.lua lane_queue), by index below
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's commit
 -- call key)
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
 -- ARGV[5] the seen set's expiry in ms (LEASED_SEEN_TTL; 0: none)  ARGV[6] the seen-set
--- generation the keys are for (lib_enqueue.lua)  ARGV[7] n_revisit
+-- generation the keys are for (lib_enqueue.lua)  ARGV[7] n_revisit  ARGV[8] n_stats
 -- then the n_enqueue new requests, in groups of the same lane, priority and order
 --                   (lib_enqueue.lua: enqueue_new)
 -- then n_ack     x {token, rid, revisit interval in ms (0: none): the acked request is
@@ -27,6 +30,8 @@
 --                   meanwhile (its envelope is gone from inflight) and the ack marks it
 --                   done (its requeued copy is then dropped as done, and would take the
 --                   revisit with it)
+-- then n_stats   x {op, stat name, value}: stats deltas (lib_stats.lua apply_stats),
+--                   applied once per call id (a replayed call applies nothing)
 -- then the guard's four ARGV (call id, epoch, token, rid seen)
 -- An ack or a fail settles a claim only if the claim still holds the request it names
 -- (the envelope's rid). A stale ack (its lease is gone: the request was recovered) still
@@ -45,7 +50,7 @@ if gen_error then return gen_error end
 local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3], dead = KEYS[7]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
-local fail_at = 8 + enqueue_args_len(8, n_enq) + 3 * n_ack
+local fail_at = 9 + enqueue_args_len(9, n_enq) + 3 * n_ack
 for i = 0, n_fail - 1 do
   local a = fail_at + 7 * i
   local env = redis.call('HGET', KEYS[5], ARGV[a])
@@ -68,10 +73,13 @@ local replayed = guard_replayed(g)
 if replayed then return replayed end
 local out = {}
 local revisit_of = {}
-for i = fail_at + 7 * n_fail, fail_at + 7 * n_fail + 4 * tonumber(ARGV[7]) - 1, 4 do
+local revisit_at = fail_at + 7 * n_fail
+local stats_at = revisit_at + 4 * tonumber(ARGV[7])
+for i = revisit_at, stats_at - 1, 4 do
   revisit_of[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
 end
-local a = enqueue_new(keys, g, 8, n_enq, out, ttl, gen)
+local a = enqueue_new(keys, g, 9, n_enq, out, ttl, gen)
+apply_stats(KEYS[12], stats_at, stats_at + 3 * tonumber(ARGV[8]) - 1)
 -- The acks, each decided in order as if alone (a token named twice is settled by its
 -- first ack), with their reads and deletes sent once per call: the envelopes (HMGET)
 -- and leases (ZMSCORE; a lone ack takes its ZREM's reply) of the claims named, then the
