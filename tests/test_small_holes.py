@@ -149,51 +149,48 @@ def test_a_longer_interval_lets_no_burst_through(redis_server, crawl_id, penalty
 
 # -- a queue member that is not UTF-8 ------------------------------------------------------
 
+def _claim_beside(redis_server, crawl_id, good: list[str], member: bytes):
+    """Queue ``good`` (enqueue) and then ``member`` as it is (by hand, in the same lane),
+    claim them all: (the payloads claimed, the dead letters' total, the letters)."""
+    keys = CrawlKeys(crawl_id)
+    r = redis_server.client()
+
+    async def body(f):
+        await f.enqueue([NewRequest(p) for p in good])
+        r.rpush(keys.lane_fifo(""), member)
+        r.incr(keys.todo)
+        res = await f.claim(len(good) + 3, "w")
+        total, letters = await FleetAdmin(f.client, keys).dead_letters()
+        return [e.payload for _, e in res.claims], total, letters
+
+    try:
+        return run(redis_server, crawl_id, body)
+    finally:
+        r.close()
+
+
 def test_a_queue_member_that_is_not_utf8_is_dead_lettered_and_readable(redis_server, crawl_id):
     """Before: claim.lua handed it out and Frontier.claim raised UnicodeDecodeError, which
     killed the worker's claim loop."""
-    keys = CrawlKeys(crawl_id)
-    r = redis_server.client()
     bad = b"999999|0|0|0||{\"u\": \"http://x/\xff\xfe\"}"
-
-    async def body(f):
-        await f.enqueue([NewRequest("good1"), NewRequest("good2")])
-        r.lpush(keys.lane_fifo(""), bad)
-        r.incr(keys.todo)
-        res = await f.claim(5, "w")
-        total, letters = await FleetAdmin(f.client, keys).dead_letters()
-        return res, total, letters
-
-    res, total, letters = run(redis_server, crawl_id, body)
-    assert [e.payload for _, e in res.claims] == ["good1", "good2"]
+    claimed, total, letters = _claim_beside(redis_server, crawl_id, ["good1", "good2"], bad)
+    assert claimed == ["good1", "good2"]
     assert total == 1
     (letter,) = letters
     assert letter.rid == "999999" and letter.reason == "queue member is not valid UTF-8"
     assert letter.url == "http://x/??"
 
 
-
 def test_long_members_are_checked_whole_valid_utf8_or_not(redis_server, crawl_id):
     """claim.lua reads a member's bytes 4,000 at a time (lib_settle.lua utf8_valid): a
     byte that is not UTF-8 past the first 4,000 is found, and a long member of valid
     multi-byte UTF-8 (or of ASCII only, past 8,000 bytes) is handed out whole."""
-    keys = CrawlKeys(crawl_id)
-    r = redis_server.client()
     ascii_long = "a" * 9_000
     accented = "é" * 5_000  # 10,000 bytes, none of them ASCII
     bad = b"999998|0|0|0||{\"u\": \"http://x/" + b"b" * 6_000 + b"\xff\"}"
-
-    async def body(f):
-        await f.enqueue([NewRequest(ascii_long), NewRequest(accented)])
-        r.rpush(keys.lane_fifo(""), bad)
-        r.incr(keys.todo)
-        res = await f.claim(5, "w")
-        total, letters = await FleetAdmin(f.client, keys).dead_letters()
-        return res, total, letters
-
-    res, total, letters = run(redis_server, crawl_id, body)
-    r.close()
-    assert [e.payload for _, e in res.claims] == [ascii_long, accented]
+    claimed, total, letters = _claim_beside(redis_server, crawl_id, [ascii_long, accented],
+                                            bad)
+    assert claimed == [ascii_long, accented]
     assert total == 1
     (letter,) = letters
     assert letter.rid == "999998" and letter.reason == "queue member is not valid UTF-8"
