@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from .._cancel import cancel_and_wait
 from ..config import LeasedConfig
 from ..connection import make_client
 from ..scheduler import leased_scheduler
@@ -101,8 +102,11 @@ class LeasedFleetStats:
 
     async def spider_closed(self, spider: Any, reason: str) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            # cancelled again until it ends: a cancellation swallowed on the way (as
+            # seen in redis-py, _cancel.py) must not keep the worker from closing
+            if await cancel_and_wait([self._task]):
+                logger.warning("The fleet stats loop did not end when cancelled; closing "
+                               "without it")
             self._task = None
         if self.flusher is None:
             return
