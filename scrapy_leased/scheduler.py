@@ -644,6 +644,13 @@ class LeasedScheduler(BaseScheduler):
             self._kick.set()
         self._unconfirmed -= len(batch.enqueue)
         self.book.written([token for token, _ in batch.acks] + [f.token for f in batch.fails])
+        # lanes this worker just queued to are ready as far as it knows: the next claim
+        # names them (else a claim before the next reply that reports them gets nothing
+        # from them, and a second call is needed)
+        filled = {new.lane for new, queued in zip(batch.enqueue, result.queued) if queued}
+        filled.difference_update(self._lanes)
+        if filled:
+            self._lanes = self._lanes + sorted(filled)
         stats = self.stats
         known = self.df.known if isinstance(self.df, LeasedDupeFilter) else None
         for new, tag, queued in zip(batch.enqueue, batch.tags, result.queued):

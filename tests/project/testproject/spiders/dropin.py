@@ -224,3 +224,27 @@ class ContinuationsSpider(scrapy.Spider):
             "retry_times", 0)}
         if not response.meta.get("retry_times"):
             yield get_retry_request(response.request, spider=self, reason="once more")
+
+
+class LazyStartSpider(scrapy.Spider):
+    """Scrapy's example of lazy start requests (its docs, "start-requests-lazy"; its test
+    TestRequestSendOrder.test_lazy): start() yields the next request only once the
+    scheduler is empty, one request at a time. ``/slow/1`` yields ``/slow/3`` from its
+    callback; Scrapy sends 1, 2, 3, 4."""
+
+    name = "lazy_start"
+    custom_settings = {"CONCURRENT_REQUESTS": 1}
+
+    def __init__(self, base, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.base = base
+
+    async def start(self):
+        for n in (1, 2, 4):
+            if self.crawler.engine.needs_backout():
+                await self.crawler.signals.wait_for(scrapy.signals.scheduler_empty)
+            yield scrapy.Request(f"{self.base}/slow/{n}?s=0.2")
+
+    def parse(self, response):
+        if response.url.endswith("/slow/1?s=0.2"):
+            yield scrapy.Request(f"{self.base}/slow/3?s=0.2")
