@@ -644,19 +644,14 @@ class LeasedScheduler(BaseScheduler):
             self._kick.set()
         self._unconfirmed -= len(batch.enqueue)
         self.book.written([token for token, _ in batch.acks] + [f.token for f in batch.fails])
-        # lanes this worker just queued to are ready as far as it knows: the next claim
-        # names them (else a claim before the next reply that reports them gets nothing
-        # from them, and a second call is needed)
-        filled = {new.lane for new, queued in zip(batch.enqueue, result.queued) if queued}
-        filled.difference_update(self._lanes)
-        if filled:
-            self._lanes = self._lanes + sorted(filled)
         stats = self.stats
         known = self.df.known if isinstance(self.df, LeasedDupeFilter) else None
+        filled: set[str] = set()
         for new, tag, queued in zip(batch.enqueue, batch.tags, result.queued):
             if known is not None and new.bucket is not None:
                 known.add(new.bucket, new.member)  # in the seen set now, whoever put it there
             if queued:
+                filled.add(new.lane)
                 stats.inc_value("leased/enqueued")
                 stats.inc_value("scheduler/enqueued/redis")
                 stats.inc_value("scheduler/enqueued")
@@ -665,6 +660,12 @@ class LeasedScheduler(BaseScheduler):
                     self.df.log(tag, self.spider)
                 self.crawler.signals.send_catch_log(signals.request_dropped, request=tag,
                                                     spider=self.spider)
+        # lanes this worker just queued to are ready as far as it knows: the next claim
+        # names them (else a claim before the next reply that reports them gets nothing
+        # from them, and a second call is needed)
+        filled.difference_update(self._lanes)
+        if filled:
+            self._lanes = self._lanes + sorted(filled)
         for flags in result.acks:
             stats.inc_value("leased/acked" if flags & 1 else "leased/acked_stale")
             if not flags & 1 and self._warn.once("stale"):
