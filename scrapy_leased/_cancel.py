@@ -24,8 +24,8 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[None]]) -> list[asyncio
     ``ATTEMPTS`` rounds are returned.
 
     A cancellation can be swallowed by code the task awaits, and the task then runs on:
-    seen with the penalty watch in redis-py's ``PubSub.get_message`` (where it is lost
-    was not found), and known of ``asyncio.wait_for`` before Python 3.12 (the reason for
+    seen with the penalty watch in redis-py's ``PubSub.get_message``, and known of
+    ``asyncio.wait_for`` before Python 3.12 (the reason for
     ``Kick`` in _leasekeeper.py). So a task that has not ended ``AGAIN_AFTER_SECONDS``
     after its cancellation is cancelled again, instead of being awaited for ever."""
     pending = {task for task in tasks if not task.done()}

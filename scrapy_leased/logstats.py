@@ -3,7 +3,7 @@
     Fleet pages: 2,340 pages/min, todo 1,020, in flight 47, done 3,400, dead 0, workers 3
 
 The numbers are the whole crawl's, read from Redis (``FleetAdmin.snapshot``) with the
-scheduler's asynchronous client, so the line never blocks the reactor. The lesson's
+scheduler's asynchronous client, so the line never blocks the reactor. The fleet's
 warning signs (``admin.diagnose``, comparing with the previous line) are logged as
 warnings. ``LEASED_LOGSTATS_INTERVAL`` (seconds, default 60; 0 turns it off).
 """

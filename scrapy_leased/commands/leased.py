@@ -370,7 +370,7 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
 
 def status_warnings(cur: Snapshot, prev: Snapshot | None,
                     default_cap: int) -> list[Diagnosis]:
-    """The warnings ``status`` shows (the lesson's, and Redis memory)."""
+    """The warnings ``status`` shows (the fleet's, and Redis memory)."""
     out = diagnose(cur, prev, default_cap)
     if cur.maxmemory and cur.used_memory and cur.used_memory > MEMORY_WARN_SHARE * cur.maxmemory:
         out.append(Diagnosis("memory", (
