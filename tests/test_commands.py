@@ -357,6 +357,10 @@ def test_dead_letters_list_requeue_purge(redis_server, make_site, start_worker, 
     one_error(res, "not in the dead letters", f"{site.url}/p/nope")
     assert "requeued 1 dead letter" in res.stdout
     ok(leased("dead", crawl_id, "--purge", bad["b"], "--redis-url", url))
+    # nothing of it dead: one error line, no "purged 0" on stdout
+    res = leased("dead", crawl_id, "--purge", f"{site.url}/p/nope", "--redis-url", url)
+    one_error(res, "not in the dead letters", f"{site.url}/p/nope")
+    assert res.stdout == ""
     assert {d["url"] for d in dead_json(url, crawl_id)["letters"]} == {bad["c"], bad["d"]}
     st = status_json(url, crawl_id, "--sample", "0")
     assert (st["todo"], st["dead"]) == (1, 2)

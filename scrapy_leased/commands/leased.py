@@ -84,7 +84,7 @@ class Command(ScrapyCommand):
     def syntax(self) -> str:
         return ("status|dead|seed|forget|reset|pause|resume|stop|metrics|dashboard [CRAWL] "
                 "[options]\n\n"
-                "  status [CRAWL] [--watch] [--json]\n"
+                "  status [CRAWL] [--json] [--sample SECONDS] [--watch [--interval SECONDS]]\n"
                 "  dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]\n"
                 "  seed   [CRAWL] URL ... | -f FILE | -\n"
                 "  forget [CRAWL] URL ... | -f FILE | -\n"
@@ -106,42 +106,43 @@ class Command(ScrapyCommand):
         super().add_options(parser)
         g = parser.add_argument_group("scrapy leased")
         g.add_argument("--redis-url", metavar="URL",
-                       help="Redis of the crawl (default: LEASED_REDIS_URL, else the "
+                       help="Redis of the crawl (default LEASED_REDIS_URL, else the "
                             "project's embedded Redis)")
         g.add_argument("--json", action="store_true",
-                       help="status, dead: machine-readable JSON (--watch: one object per line)")
+                       help="[status, dead] machine-readable JSON (with --watch, one object "
+                            "per line)")
         g.add_argument("--watch", action="store_true",
-                       help="status: redraw every --interval seconds, like top")
+                       help="[status] redraw every --interval seconds, like top")
         g.add_argument("--interval", type=float, default=WATCH_INTERVAL_SECONDS,
-                       metavar="SECONDS", help="status --watch: refresh period (default 2)")
+                       metavar="SECONDS", help="[status --watch] refresh period (default 2)")
         g.add_argument("--sample", type=float, default=None, metavar="SECONDS",
-                       help="status: trend window of the warnings: one status takes two "
-                            "samples this far apart (default 2; 0: one sample, no trends); "
+                       help="[status] trend window of the warnings, one status taking two "
+                            "samples this far apart (default 2; 0 = one sample, no trends); "
                             "--watch compares with the sample this old (default 10)")
         g.add_argument("--limit", type=int, default=DEAD_LIMIT, metavar="N",
-                       help="dead: list at most N dead letters, newest first (0: all)")
+                       help="[dead] list at most N dead letters, newest first (0 = all)")
         g.add_argument("--requeue", nargs="*", metavar="URL", default=None,
-                       help="dead: requeue these dead letters (all without URL), attempts "
+                       help="[dead] requeue these dead letters (all without URL), attempts "
                             "reset to 0")
         g.add_argument("--purge", nargs="*", metavar="URL", default=None,
-                       help="dead: delete these dead letters (all without URL)")
+                       help="[dead] delete these dead letters (all without URL)")
         g.add_argument("-f", "--file", metavar="FILE", action="append", default=[],
-                       help="seed, forget: read URLs from FILE, one a line ('-': stdin)")
+                       help="[seed, forget] read URLs from FILE, one a line ('-' = stdin)")
         g.add_argument("--yes", action="store_true",
-                       help="reset: really delete the keys of the crawl")
+                       help="[reset] really delete the keys of the crawl")
         g.add_argument("--records", action="store_true",
-                       help="reset: delete UpsertPipeline's records of the crawl too "
+                       help="[reset] delete UpsertPipeline's records of the crawl too "
                             "(kept without it)")
         g.add_argument("--bind", metavar="HOST", default="127.0.0.1",
-                       help="metrics, dashboard: address to listen on (default 127.0.0.1)")
+                       help="[metrics, dashboard] address to listen on (default 127.0.0.1)")
         g.add_argument("--port", type=int, default=None, metavar="N",
-                       help=f"metrics, dashboard: port (default {METRICS_PORT}, "
-                            f"{DASHBOARD_PORT}; 0: any free port, printed)")
+                       help=f"[metrics, dashboard] port (default {METRICS_PORT}, "
+                            f"{DASHBOARD_PORT}; 0 = any free port, printed)")
         g.add_argument("--all-crawls", action="store_true",
-                       help="metrics: every crawl in this Redis (default without CRAWL, "
+                       help="[metrics] every crawl in this Redis (default without CRAWL, "
                             "LEASED_CRAWL_ID or a single project spider)")
         g.add_argument("--allow-writes", action="store_true",
-                       help="dashboard: offer requeue and purge of dead letters")
+                       help="[dashboard] offer requeue and purge of dead letters")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if not args or args[0] not in SUBCOMMANDS:
@@ -533,6 +534,9 @@ async def _dead(admin: FleetAdmin, opts: argparse.Namespace) -> int:
     if urls:
         _, letters = await admin.dead_letters(urls=urls)
         missing = sorted(set(urls) - {d.url for d in letters})
+        if not letters:  # nothing to do: one error, no "purged 0" before it
+            raise CommandError(f"not in the dead letters of crawl {crawl!r}: "
+                               f"{' '.join(missing)}")
     else:
         _, letters = await admin.dead_letters()
         missing = []
