@@ -433,8 +433,8 @@ def _rate(prev: Snapshot, cur: Snapshot) -> float:
 
 def _control_line(cur: Snapshot) -> str:
     c = cur.control
-    line = f"  state          {c.state:>12}"
-    if c.since_ms:
+    line = f"  state          {cur.state:>12}"
+    if cur.state == c.state and c.since_ms:
         why = f"; {c.reason}" if c.reason else ""
         line += f"   (since {_age(max(0, cur.now_ms - c.since_ms) / 1000)} ago, by {c.by}{why})"
     return line

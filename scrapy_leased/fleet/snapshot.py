@@ -119,6 +119,19 @@ class Snapshot:
         return {w: n for w, n in self.leases_by_worker.items() if w not in alive}
 
     @property
+    def state(self) -> str:
+        """What the crawl is doing, for a reader: the control state while paused or
+        stopping; without a live worker ``finished`` when nothing is left to do (queued,
+        in flight, in the feed) and ``idle`` when work waits for a worker; else
+        ``running``."""
+        if self.control.state != "running":
+            return self.control.state
+        if self.workers_alive:
+            return "running"
+        left = self.todo + self.processing + self.feed + self.feed_batches
+        return "idle" if left else "finished"
+
+    @property
     def pages_per_min(self) -> float:
         return self.done_last_minute * 60 / self.window_s if self.window_s > 0 else 0.0
 
@@ -142,6 +155,7 @@ class Snapshot:
         return {
             "crawl": self.crawl,
             "time": self.now_ms / 1000,
+            "state": self.state,
             "control": self.control.to_dict(),
             "todo": self.todo,
             "feed": self.feed,
