@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from ._command import runs_plain
 from .config import LeasedConfig, LeasedConfigError
 from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
@@ -38,6 +40,8 @@ FLEET_STATS_EXTENSION_ORDER = 1000
 START_MIDDLEWARE_ORDER = 0
 ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 
+logger = logging.getLogger(__name__)
+
 
 def check_reactor(settings: Settings) -> None:
     """scrapy_leased runs on asyncio: Scrapy's default reactor, or no reactor at all
@@ -63,6 +67,11 @@ class Addon:
     names the first bad one."""
 
     def update_settings(self, settings: Settings) -> None:
+        command = runs_plain()
+        if command is not None:  # shell, fetch, parse...: one page, not a fleet's crawl
+            logger.info("scrapy_leased: off for `scrapy %s` (it runs as plain Scrapy and "
+                        "writes nothing to Redis)", command)
+            return
         check_reactor(settings)
         config = LeasedConfig.from_settings(settings)  # every LEASED_* setting, or one error
         if config.redis_url is not None:

@@ -1,0 +1,69 @@
+"""Scrapy's own one-page commands with the add-on in settings.py (#25 item 2): ``shell``,
+``fetch``, ``parse``, ``view``-less ``check`` and ``bench`` run as plain Scrapy, print
+what plain Scrapy prints, and write no key to Redis. Real ``scrapy`` processes in
+tests/project (whose settings.py enables the add-on), a real private redis-server as
+``LEASED_REDIS_URL``, the local test site."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = REPO / "tests" / "project"
+
+
+def scrapy(*args: str, plain: bool, redis_url: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPY_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    if plain:
+        env["TESTPROJECT_NO_ADDON"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", *args, "-s", f"LEASED_REDIS_URL={redis_url}",
+         "-s", "LEASED_CRAWL_ID=plain-commands"],
+        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def same_output(a: str, b: str) -> bool:
+    """Equal but for timings and object addresses."""
+    def norm(s: str) -> str:
+        s = re.sub(r"0x[0-9a-f]+", "0x", s)
+        return re.sub(r"\d+\.\d+s", "Ns", s)
+    return norm(a) == norm(b)
+
+
+@pytest.mark.parametrize("command", [
+    ["shell", "{url}", "-c", "(response.status, len(response.css('a')))", "--nolog"],
+    ["fetch", "{url}", "--nolog"],
+    ["parse", "{url}", "--spider", "plain_commands", "-c", "parse", "--nolog"],
+    ["check", "plain_commands"],
+], ids=lambda c: c[0])
+def test_scrapy_commands_run_as_plain_scrapy(command, redis_server, make_site):
+    site = make_site(pages=10)
+    args = [a.format(url=site.url + "/p/0") for a in command]
+    plain = scrapy(*args, plain=True, redis_url=redis_server.url)
+    with_addon = scrapy(*args, plain=False, redis_url=redis_server.url)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert with_addon.returncode == 0, with_addon.stderr[-2000:]
+    if command[0] == "check":  # unittest's report, on stderr
+        out, plain_out = with_addon.stderr, plain.stderr
+        assert "OK" in out, out
+    else:
+        out, plain_out = with_addon.stdout, plain.stdout
+    assert out.strip(), with_addon.stderr[-2000:]  # it printed something
+    assert same_output(out, plain_out), (out, plain_out)
+    assert redis.Redis.from_url(redis_server.url).dbsize() == 0
+
+
+def test_bench_writes_nothing_to_redis(redis_server):
+    result = scrapy("bench", "-s", "CLOSESPIDER_TIMEOUT=2", plain=False,
+                    redis_url=redis_server.url)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "scrapy_leased: off for `scrapy bench`" in result.stderr
+    assert redis.Redis.from_url(redis_server.url).dbsize() == 0
