@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy import Request
+from scrapy.utils.httpobj import urlparse_cached
 
 from ..codec import MAX_PRIORITY, safe_text, unencodable
 from ..meta import shown
@@ -162,6 +163,8 @@ def _from_object(obj: Mapping[str, Any]) -> FeedRequest:
     except (TypeError, LookupError) as exc:  # LookupError: an unknown encoding
         raise FeedEntryError(f"not a request Scrapy takes ({type(exc).__name__}: {exc})"
                              ) from None
+    if not urlparse_cached(request).scheme:  # Scrapy only looks for a ':'
+        raise FeedEntryError(f"not a URL Scrapy takes: {shown(obj['url'], 300)} (no scheme)")
     return FeedRequest(request, names[0], names[1])
 
 
