@@ -511,3 +511,48 @@ def test_fuzz_a_feed_of_good_and_hostile_entries_before_the_fleet_starts(
         text = entry.decode("utf-8", "replace").replace("\ufffd", "?")
         assert by_entry.get(text, "").startswith("feed entry: "), (text[:200], by_entry)
     assert r.llen(keys.feed) == 0 and r.hlen(keys.feed_taken) == 0
+
+
+# --------------------------------------------------------------------------- the claim path
+
+
+def test_a_stored_request_with_a_bad_revisit_is_a_dead_letter_at_claim(
+        redis_server, make_site, start_worker, crawl_id):
+    """Requests already in Redis (queued by an older version, or by hand) whose
+    leased_revisit_after does not fit: 1e306 raised OverflowError in meta.revisit_ms,
+    which _absorb did not catch, so the claim loop ended silently and the next worker's
+    claim loop too. Each is now a dead letter naming the meta key, beside undecodable
+    payloads; the good requests are crawled and the worker ends ``finished``."""
+    from scrapy_leased.frontier import NewRequest
+    from tests.test_crawl import payload, run_frontier
+
+    site = make_site(pages=100)
+    r = redis_server.client()
+    keys = CrawlKeys(crawl_id)
+    lane = "127.0.0.1"
+
+    def revisit(i: int, raw: str) -> str:
+        return f'{{"u":"{site.url}/p/{i}","k":{{"leased_revisit_after":{raw}}}}}'
+
+    bad = {revisit(50, "1e306"): "leased_revisit_after", revisit(51, "1" + "0" * 400):
+           "leased_revisit_after", revisit(52, "NaN"): "leased_revisit_after",
+           revisit(53, "-1"): "leased_revisit_after", revisit(54, '"3600"'):
+           "leased_revisit_after", '{"u": 5}': "payload", "not json": "undecodable payload"}
+    good = [payload(f"{site.url}/p/{i}") for i in (1, 2, 3)]
+    stored = [good[0], *list(bad)[:4], good[1], *list(bad)[4:], good[2]]
+
+    async def body(f):
+        await f.check_layout(14)
+        await f.enqueue([NewRequest(p, lane=lane) for p in stored])
+
+    run_frontier(redis_server.url, crawl_id, body)
+    w = start_worker(redis_server.url, crawl_id, None, spider="feed",
+                     settings={"LEASED_LEASE_SECONDS": 3})
+    assert_exit(w, "finished", timeout=WAIT)
+    assert Counter(e["path"] for e in site.entries()) == Counter(["/p/1", "/p/2", "/p/3"])
+    dead = [json.loads(v) for v in r.hgetall(keys.dead).values()]
+    by_payload = {d["envelope"].split("|", 5)[5]: d["reason"] for d in dead}
+    assert set(by_payload) == set(bad), by_payload
+    for p, why in bad.items():
+        assert why in by_payload[p], (p, by_payload[p])
+    assert stat(r, crawl_id, "done") == 3
