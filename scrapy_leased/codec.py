@@ -17,6 +17,13 @@ payload read from Redis can name nothing else: a class outside those modules, or
 that itemadapter does not take for an item class, is refused, so data in Redis cannot
 make a worker import or call anything else. What cannot be stored raises PayloadError
 naming the request and where the value sits (``meta['item']['when']``).
+
+What the codec accepts can be sent to Redis as it is: a request whose text holds a lone
+surrogate (``"\\ud83d"``, half of an emoji: a str Python holds and UTF-8 cannot encode,
+which redis-py refuses with a UnicodeEncodeError), a priority that is not an integer
+within ``MAX_PRIORITY`` (Redis's Lua numbers are doubles), a ``leased_revisit_after``
+that is not a number of seconds (meta.revisit_ms), or a value nested too deeply raises
+PayloadError here, before anything is sent, so that one request is refused alone.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy.settings import BaseSettings
 
 from .config import item_modules
-from .meta import PRIVATE_META_PREFIX
+from .meta import PRIVATE_META_PREFIX, revisit_ms, shown
 
 TAG = "$leased"
 _DIRECT = ("method", "cookies", "meta", "encoding", "dont_filter", "flags", "cb_kwargs")
@@ -56,8 +63,52 @@ SUPPORTED = ("JSON types, bytes, datetime/date/time/timedelta, Decimal, UUID, tu
              "Requests and items of the project's classes")
 
 
+#: The largest priority a stored request may have (and minus it the smallest): Redis's
+#: Lua numbers are doubles, exact up to 2**53 (lua/lib_settle.lua: tier_code).
+MAX_PRIORITY = 2**53 - 1
+#: Where a field of a payload comes from, for messages (``meta['x']``).
+_FIELD_NAMES = {"u": "url", "h": "headers", "b": "body", "cb": "callback", "eb": "errback",
+                "x": "attribute", "cls": "class", "p": "priority", **_LONG}
+
+
+def safe_text(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\ud83d``): what a
+    message, a reason or a log line may carry into Redis (redis-py encodes text as
+    strict UTF-8)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def unencodable(value: Any, where: str = "") -> str | None:
+    """Where in ``value`` (str, and lists, tuples and dicts of them, keys included) a
+    str sits that UTF-8 cannot encode (a lone surrogate), as a path (``['meta']['x']``,
+    ``where`` prefixed), or None when there is none."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return path or "the text"
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if isinstance(k, str) and unencodable(k) is not None:
+                    return f"{path}[{safe_text(repr(k))}] (the key)"
+                stack.append((x, f"{path}[{safe_text(repr(k))}]"))
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
+    return None
+
+
 class PayloadError(ValueError):
-    """A request cannot be stored, or a stored payload cannot be turned back."""
+    """A request cannot be stored, or a stored payload cannot be turned back. The
+    message is safe to store and log (safe_text)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(safe_text(str(message)))
 
 
 class _Unstorable(Exception):
@@ -194,19 +245,38 @@ class Codec:
         ``names``: the callback's and errback's method names, for a request made without
         the spider (the feed: feed/format.py), instead of its own (which must be None)."""
         classes = self.classes.with_spider(spider)
+        check_request(request)
         try:
             d = self._request_dict(request, spider, classes)
             if names is not None:
                 for key, name in zip(("cb", "eb"), names):
                     if name is not None:
                         d[key] = name
+            payload = json.dumps(d, separators=(",", ":"), ensure_ascii=False)
         except _Unstorable as exc:
             kind = type(exc.value)
             detail = f", {exc.detail}" if exc.detail else ""
             raise PayloadError(
                 f"cannot store {request!r}: {_where(exc.path)} is a "
                 f"{kind.__module__}.{kind.__qualname__}{detail}; {exc.fix}") from None
-        return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+        except RecursionError:
+            raise PayloadError(f"cannot store {request!r}: its meta, cb_kwargs or "
+                               "attributes are nested too deeply (or hold themselves)"
+                               ) from None
+        except ValueError as exc:  # an int of more digits than Python converts
+            raise PayloadError(f"cannot store {request!r}: a value in its meta, cb_kwargs or "
+                               f"attributes cannot be written as JSON ({exc})") from None
+        if not payload.isascii():
+            try:
+                payload.encode("utf-8")
+            except UnicodeEncodeError:
+                where = unencodable({_FIELD_NAMES.get(k, k): v for k, v in d.items()})
+                raise PayloadError(
+                    f"cannot store {request!r}: {where} holds a lone surrogate (half of a "
+                    "UTF-16 pair, e.g. a truncated emoji), which is not text Redis can "
+                    "store (UTF-8): decode with errors='replace', or drop the value"
+                    ) from None
+        return payload
 
     def _request_dict(self, request: Request, spider: Spider | None,
                       classes: ItemClasses, nested: bool = False) -> dict[str, Any]:
@@ -441,6 +511,25 @@ def _build_item(cls: type, fields: dict[str, Any]) -> Any:
         mapping.update(fields)
         return mapping
     return cls(**fields)  # scrapy.Item, pydantic
+
+
+def check_request(request: Request) -> None:
+    """Raise PayloadError when what is sent beside a request's payload cannot be stored:
+    a priority that is not an integer (bool included: redis-py refuses it) within
+    ``MAX_PRIORITY``, a ``leased_revisit_after`` that is not a number of seconds
+    (meta.revisit_ms)."""
+    priority = request.priority
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise PayloadError(f"cannot store {request!r}: its priority ({shown(priority)}) is "
+                           "not an integer")
+    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise PayloadError(f"cannot store {request!r}: its priority ({shown(priority)}) is "
+                           f"out of range: at most {MAX_PRIORITY} either way (2**53 - 1, "
+                           "as far as Redis's Lua numbers are exact)")
+    try:
+        revisit_ms(request, 0)
+    except ValueError as exc:
+        raise PayloadError(f"cannot store {request!r}: {exc}") from None
 
 
 _default = Codec()

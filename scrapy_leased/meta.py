@@ -7,7 +7,9 @@ stored in Redis (a request another worker claims gets its own). The user's own k
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import decimal
+import math
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -36,28 +38,52 @@ META_LANE = "leased_lane"
 #: the request, so the request queued again is revisited again.
 META_REVISIT_AFTER = "leased_revisit_after"
 
-__all__ = ["META_CLAIM", "META_FREE_SINCE", "META_LANE", "META_NOT_BEFORE",
+#: The longest revisit interval (ms): about 142,000 years; Redis's time plus this stays
+#: an exact Lua number (a double).
+MAX_REVISIT_MS = 2**52
+
+__all__ = ["MAX_REVISIT_MS", "META_CLAIM", "META_FREE_SINCE", "META_LANE", "META_NOT_BEFORE",
            "META_REVISIT_AFTER", "PRIVATE_META_PREFIX", "claim_token", "revisit_ms"]
 
 
+def shown(value: Any, limit: int = 100) -> str:
+    """``repr(value)`` for a message: at most ``limit`` characters, lone surrogates
+    escaped (repr does), an int too long to print (Python refuses past 4300 digits) by
+    its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception as exc:  # a value whose repr raises
+        return f"a {type(value).__qualname__} ({type(exc).__name__} in its repr)"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def claim_token(request: Request) -> int | None:
-    """The claim token (a crawl-wide, only-growing fencing token) of a request."""
+    """The claim token (a crawl-wide, only-growing fencing token) of a request; None
+    when it has none (or holds something else than a token under the key)."""
     token = request.meta.get(META_CLAIM)
-    return None if token is None else int(token)
+    if isinstance(token, bool) or not isinstance(token, int):
+        return None
+    return int(token)
 
 
 def revisit_ms(request: Request, default_ms: int) -> int:
     """The request's revisit interval in ms (``leased_revisit_after``, else
-    ``default_ms``: LEASED_REVISIT_AFTER); 0: not revisited. Raises ValueError when the
-    meta value is not a number of seconds >= 0."""
+    ``default_ms``: LEASED_REVISIT_AFTER); 0: not revisited. Raises ValueError (and
+    nothing else) when the meta value is not a number of seconds >= 0 (an int, a float
+    or a Decimal: not a bool, not a string) of at most ``MAX_REVISIT_MS`` / 1000."""
     raw = request.meta.get(META_REVISIT_AFTER)
     if raw is None:
         return default_ms
-    try:
-        seconds = float(raw)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise ValueError(f"meta {META_REVISIT_AFTER!r} ({raw!r}) must be a number of "
-                         f"seconds >= 0")
-    return int(seconds * 1000)
+    seconds = math.nan
+    if isinstance(raw, (int, float, decimal.Decimal)) and not isinstance(raw, bool):
+        try:
+            seconds = float(raw)
+        except (OverflowError, ValueError):  # an int too large for a float
+            seconds = math.inf
+    ms = seconds * 1000
+    if not 0 <= ms <= MAX_REVISIT_MS:  # nan, inf and negatives included
+        raise ValueError(f"meta {META_REVISIT_AFTER!r} ({shown(raw)}) must be a number of "
+                         f"seconds >= 0 and <= {MAX_REVISIT_MS // 1000}")
+    return int(ms)

@@ -50,7 +50,7 @@ from ._claimbook import Claim, ClaimBook
 from ._claimsize import ClaimSizer
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from .bootstrap import connect_crawl
-from .codec import Codec, PayloadError
+from .codec import Codec, PayloadError, safe_text
 from .config import LeasedConfig
 from .connection import LeasedRedisError, redact
 from .dupefilter import LeasedDupeFilter
@@ -394,10 +394,11 @@ class LeasedScheduler(BaseScheduler):
             return False
         lane = self.budgets.lane_of(request)
         order = self.order.of(request)
+        priority = int(request.priority)  # an int subclass (IntEnum): redis-py sends repr()
         if key is None:
-            new = NewRequest(payload, request.priority, lane=lane, order=order)
+            new = NewRequest(payload, priority, lane=lane, order=order)
         else:
-            new = NewRequest(payload, request.priority, key[0], key[1], lane, order)
+            new = NewRequest(payload, priority, key[0], key[1], lane, order)
         self.writer.add_request(new, request)
         self._unconfirmed += 1
         self.stats.inc_value("leased/enqueue_sent")
@@ -510,7 +511,7 @@ class LeasedScheduler(BaseScheduler):
     def _continued_claim(self, request: Request) -> Claim | None:
         """The claim a request continues (a retry, a redirect: see the module's
         docstring), or None for a new request."""
-        token = request.meta.get(META_CLAIM)
+        token = claim_token(request)
         if token is None:
             return None
         claim = self.book.claims.get(token)
@@ -808,12 +809,14 @@ class LeasedScheduler(BaseScheduler):
                 after_ms = revisit_ms(request, self.config.revisit_after_ms)
                 if after_ms > 0:
                     claim.revisit = Revisit(after_ms, env.priority, env.lane, env.payload)
-            except (PayloadError, ValueError) as exc:
+            except Exception as exc:  # whatever a stored payload makes decoding raise
+                why = str(exc) if isinstance(exc, ValueError) \
+                    else f"{type(exc).__name__}: {exc}"
                 self.stats.inc_value("leased/undecodable")
                 logger.error("Dead-lettering stored request %(rid)d: %(error)s",
-                             {"rid": env.rid, "error": exc})
+                             {"rid": env.rid, "error": safe_text(why)})
                 self.book.settling.add(token)
-                self.writer.add_fail(Failure(token, str(exc), permanent=True, lane=env.lane,
+                self.writer.add_fail(Failure(token, why, permanent=True, lane=env.lane,
                                              rid=env.rid, priority=env.priority))
                 continue
             request.meta[META_CLAIM] = token

@@ -19,7 +19,7 @@ from typing import Any
 from redis.exceptions import RedisError
 from scrapy import Spider
 
-from ..codec import PayloadError
+from ..codec import PayloadError, safe_text
 from ..frontier import Frontier, NewRequest
 from .format import FeedEntryError, FeedRequest, parse_entry
 from .packer import RequestPacker
@@ -63,7 +63,7 @@ class FeedDrainer:
             except RecursionError:  # meta nested too deeply to store
                 bad.append((raw, "feed entry: nested too deeply"))
             except Exception as exc:  # whatever an entry makes the project's code raise
-                bad.append((raw, f"feed entry: {type(exc).__name__}: {exc}"))
+                bad.append((raw, safe_text(f"feed entry: {type(exc).__name__}: {exc}")))
         call_id = self.frontier.new_call_id()
         delay = 0.05
         while True:  # the same batch, the same call id: applied once (lib_guard.lua)

@@ -11,9 +11,11 @@ JSON lines, and ``Crawl.push`` takes them as dicts. An entry is a JSON object::
 
 Only ``url`` is required. An entry that is not a JSON object (it does not start with
 ``{``) is taken as a bare URL, as scrapy-redis reads its start URLs. Anything else
-(an unknown field, a value of the wrong type, a URL Scrapy refuses) makes the entry
-unreadable: ``FeedEntryError`` says why, and the worker draining the feed puts the entry
-in the dead letters with that reason.
+(an unknown field, a value of the wrong type, a URL Scrapy refuses, ``NaN`` or
+``Infinity`` or a number too large for a double, which are not JSON, a string escape
+of a lone surrogate such as ``"\\ud83d"``, which is not text, a priority beyond
+``MAX_PRIORITY``) makes the entry unreadable: ``FeedEntryError`` says why, and the
+worker draining the feed puts the entry in the dead letters with that reason.
 """
 
 from __future__ import annotations
@@ -21,11 +23,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from scrapy import Request
+from scrapy.utils.httpobj import urlparse_cached
+
+from ..codec import MAX_PRIORITY, safe_text, unencodable
+from ..meta import shown
 
 #: The fields of an entry, with the JSON type each must have.
 FIELDS: dict[str, tuple[type, ...]] = {
@@ -39,7 +46,23 @@ _KWARGS = ("method", "meta", "cb_kwargs", "cookies", "priority", "dont_filter",
 
 
 class FeedEntryError(ValueError):
-    """A feed entry cannot be read; the message says why."""
+    """A feed entry cannot be read; the message says why (safe to store and log:
+    codec.safe_text)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(safe_text(str(message)))
+
+
+def _no_constant(name: str) -> Any:
+    raise FeedEntryError(f"not valid JSON ({name} is not a JSON number)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise FeedEntryError(f"not valid JSON for a request: the number {text[:50]} is out "
+                             "of range (a double)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -83,7 +106,9 @@ def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
     if not text.startswith("{"):
         return _from_object({"url": text})
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except FeedEntryError:
+        raise
     except ValueError as exc:
         raise FeedEntryError(f"not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
@@ -92,17 +117,27 @@ def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
 
 
 def _from_object(obj: Mapping[str, Any]) -> FeedRequest:
-    unknown = sorted(set(obj) - set(FIELDS))
+    unknown = sorted((k for k in obj if k not in FIELDS), key=repr)
     if unknown:
-        raise FeedEntryError(f"unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")
+        raise FeedEntryError(f"unknown field {shown(unknown[0])} (fields: "
+                             f"{', '.join(FIELDS)})")
     for name, value in obj.items():
         types = FIELDS[name]
         # JSON has one number type: true/false are not integers here
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise FeedEntryError(f"{name!r} must be a JSON {_json_type(types[0])}, not "
-                                 f"{json.dumps(value)[:100]}")
+                                 f"{_json_shown(value)}")
     if "url" not in obj:
         raise FeedEntryError("no 'url'")
+    where = unencodable(dict(obj))
+    if where is not None:
+        raise FeedEntryError(f"{where} holds a lone surrogate (a \\ud800-\\udfff escape "
+                             "that is half of a UTF-16 pair, e.g. a truncated emoji): not "
+                             "text")
+    priority = obj.get("priority", 0)
+    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise FeedEntryError(f"'priority' ({shown(priority)}) is out of range: at most "
+                             f"{MAX_PRIORITY} either way")
     if "body" in obj and "body_base64" in obj:
         raise FeedEntryError("both 'body' and 'body_base64': give one")
     kwargs: dict[str, Any] = {k: obj[k] for k in _KWARGS if k in obj}
@@ -128,6 +163,8 @@ def _from_object(obj: Mapping[str, Any]) -> FeedRequest:
     except (TypeError, LookupError) as exc:  # LookupError: an unknown encoding
         raise FeedEntryError(f"not a request Scrapy takes ({type(exc).__name__}: {exc})"
                              ) from None
+    if not urlparse_cached(request).scheme:  # Scrapy only looks for a ':'
+        raise FeedEntryError(f"not a URL Scrapy takes: {shown(obj['url'], 300)} (no scheme)")
     return FeedRequest(request, names[0], names[1])
 
 
@@ -139,6 +176,13 @@ def _headers(headers: dict[str, Any]) -> dict[str, list[str]]:
             raise FeedEntryError(f"header {name!r} must be a string or a list of strings")
         out[name] = values
     return out
+
+
+def _json_shown(value: Any) -> str:
+    try:
+        return json.dumps(value)[:100]
+    except (TypeError, ValueError, RecursionError):  # not JSON (a dict given to push)
+        return shown(value)
 
 
 def _json_type(t: type) -> str:

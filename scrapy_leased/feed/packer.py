@@ -56,7 +56,8 @@ class RequestPacker:
         codec.PayloadError when the request cannot be stored."""
         payload = self.codec.encode(request, spider, names)
         lane = self.budgets.lane_of(request)
+        priority = int(request.priority)  # an int subclass (IntEnum): redis-py sends repr()
         if request.dont_filter:
-            return NewRequest(payload, request.priority, lane=lane, order=FIFO)
+            return NewRequest(payload, priority, lane=lane, order=FIFO)
         bucket, member = split_fingerprint(self.fingerprinter.fingerprint(request), self.bits)
-        return NewRequest(payload, request.priority, bucket, member, lane, FIFO)
+        return NewRequest(payload, priority, bucket, member, lane, FIFO)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis.exceptions import RedisError
 
+from ..codec import safe_text
 from .machine import CommitResult, Failure, Frontier, NewRequest, Revisit
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,10 @@ class CommitWriter:
         self._settles_added()
 
     def add_fail(self, failure: Failure) -> None:
+        """Fail a claim; its reason (an exception's text: any str) is stored with each
+        lone surrogate escaped (codec.safe_text), so that no reason stops the commit."""
+        if not failure.reason.isascii():
+            failure = replace(failure, reason=safe_text(failure.reason))
         self._batch.fails.append(failure)
         self._settles_added()
 
