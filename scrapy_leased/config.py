@@ -46,20 +46,31 @@ class LeasedConfigError(ValueError):
     """A ``LEASED_*`` setting has a bad value; the message names it."""
 
 
+#: The largest number a numeric setting takes (a count, or seconds): in ms it is still an
+#: exact integer in a double, as Lua and Redis read it (1e12 s is 31,700 years)
+MAX_SETTING_NUMBER = 10**12
+
+
 def number_setting(settings: BaseSettings, name: str, default: float | None, *, minimum: float,
                    integer: bool = False, exclusive: bool = True) -> Any:
     """Setting ``name`` as a number (an int with ``integer``), above ``minimum`` (at least
-    it, without ``exclusive``); ``default`` when unset; else LeasedConfigError."""
+    it, without ``exclusive``) and at most MAX_SETTING_NUMBER; ``default`` when unset;
+    else LeasedConfigError."""
     raw = settings.get(name)
     if raw is None or raw == "":
         return default
+    kind = "an integer" if integer else "a number"
     try:
+        if isinstance(raw, bool):
+            raise ValueError
         value = int(raw) if integer else float(raw)
         if integer and float(raw) != value:
             raise ValueError
-    except (TypeError, ValueError):
-        kind = "an integer" if integer else "a number"
+    except (TypeError, ValueError, OverflowError):
         raise LeasedConfigError(f"{name} ({raw!r}) must be {kind}.") from None
+    if not math.isfinite(value) or abs(value) > MAX_SETTING_NUMBER:
+        raise LeasedConfigError(f"{name} ({raw!r}) must be {kind} up to "
+                                f"{MAX_SETTING_NUMBER:.0e}.")
     if value < minimum or (exclusive and value == minimum):
         bound = "higher than" if exclusive else "at least"
         raise LeasedConfigError(f"{name} ({raw!r}) must be {bound} {minimum}.")
@@ -70,7 +81,7 @@ def bool_setting(settings: BaseSettings, name: str, default: bool) -> bool:
     """Setting ``name`` as a boolean; ``default`` when unset; else LeasedConfigError."""
     try:
         return settings.getbool(name, default)
-    except ValueError:
+    except (TypeError, ValueError, OverflowError):
         raise LeasedConfigError(
             f"{name} ({settings.get(name)!r}) must be a boolean (True/False, 1/0)."
         ) from None
@@ -81,9 +92,14 @@ def ms_setting(settings: BaseSettings, name: str, default_s: float,
     """Setting ``name`` (seconds, above 0; at least 0 with ``allow_zero``) in ms."""
     raw = settings.get(name)
     try:
+        if isinstance(raw, bool):
+            raise ValueError
         value = float(default_s if raw in (None, "") else raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise LeasedConfigError(f"{name} ({raw!r}) must be a number of seconds.") from None
+    if not math.isfinite(value) or value > MAX_SETTING_NUMBER:
+        raise LeasedConfigError(f"{name} ({raw!r}) must be a number of seconds up to "
+                                f"{MAX_SETTING_NUMBER:.0e}.")
     if value < 0 or (value == 0 and not allow_zero):
         bound = "at least" if allow_zero else "higher than"
         raise LeasedConfigError(f"{name} ({raw!r}) must be {bound} 0.")
@@ -99,7 +115,7 @@ def logstats_interval(settings: BaseSettings) -> float:
         value = float(raw)
     except (TypeError, ValueError):
         value = -1.0
-    if not value >= 0 or value == float("inf"):  # also rejects NaN
+    if not 0 <= value <= MAX_SETTING_NUMBER:  # also rejects NaN
         raise LeasedConfigError(
             f"LEASED_LOGSTATS_INTERVAL ({raw!r}) must be a number of seconds, at least 0 "
             f"(0 turns the fleet log line off).")
@@ -171,11 +187,17 @@ def parse_rate(value: Any, burst: Any, setting: str) -> Budget:
     unit_ms = _UNITS_MS.get(unit) or _UNITS_MS[unit.rstrip("s")]
     if count <= 0 or per <= 0:
         raise LeasedConfigError(f"{setting} ({value!r}) must allow more than 0 requests.")
+    if count > MAX_SETTING_NUMBER or per * unit_ms / count > MAX_SETTING_NUMBER:
+        raise LeasedConfigError(f"{setting} ({value!r}) is out of range: at most "
+                                f"{MAX_SETTING_NUMBER:.0e} requests, and at least one "
+                                f"request in {MAX_SETTING_NUMBER:.0e} ms.")
     try:
-        b = int(burst)
-        if b < 1 or float(burst) != b:
+        if isinstance(burst, bool):
             raise ValueError
-    except (TypeError, ValueError):
+        b = int(burst)
+        if b < 1 or b > MAX_SETTING_NUMBER or float(burst) != b:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
         raise LeasedConfigError(
             f"burst of {setting} ({burst!r}) must be an integer >= 1.") from None
     return Budget(max(1, math.ceil(per * unit_ms / count)), b)  # rounded up: never over
@@ -257,7 +279,9 @@ class LeasedConfig:
             )
         try:
             fail_codes = frozenset(int(c) for c in settings.getlist("LEASED_FAIL_HTTP_CODES"))
-        except (TypeError, ValueError):
+            if any(not 100 <= c <= 999 for c in fail_codes):
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
             raw = settings.get("LEASED_FAIL_HTTP_CODES")
             raise LeasedConfigError(
                 f"LEASED_FAIL_HTTP_CODES ({raw!r}) must be a list of HTTP status codes."

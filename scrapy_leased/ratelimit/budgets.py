@@ -16,7 +16,7 @@ from scrapy import Request
 from scrapy.settings import BaseSettings
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..config import LeasedConfigError, ms_setting, parse_rate
+from ..config import LeasedConfigError, bool_setting, ms_setting, parse_rate
 from ..frontier import Budget
 from ..meta import META_LANE
 from .state import HALF_LIFE_MS
@@ -45,7 +45,12 @@ class Budgets:
         domains: list[tuple[str, Budget]] = []
         rates = settings.get("LEASED_RATES") or {}
         if not isinstance(rates, Mapping):
-            rates = settings.getdict("LEASED_RATES")
+            try:  # a JSON object, as from -s LEASED_RATES='{"example.com": "2/s"}'
+                rates = settings.getdict("LEASED_RATES")
+            except (TypeError, ValueError):
+                raise LeasedConfigError(
+                    f"LEASED_RATES ({rates!r}) must be a dict of host patterns to rates, "
+                    f"like {{'example.com': '2/s'}}.") from None
         for pattern, spec in dict(rates).items():
             budget = parse_rate(spec, burst, f"LEASED_RATES[{pattern!r}]")
             pattern = str(pattern).lower()
@@ -61,7 +66,7 @@ class Budgets:
         return cls(default, exact, domains, lane_key,
                    half_life_ms=ms_setting(settings, "LEASED_RATE_RECOVERY", HALF_LIFE_MS / 1000),
                    backoff_ms=ms_setting(settings, "LEASED_RATE_BACKOFF", 5.0),
-                   obey_crawl_delay=settings.getbool("LEASED_RATE_CRAWL_DELAY", True),
+                   obey_crawl_delay=bool_setting(settings, "LEASED_RATE_CRAWL_DELAY", True),
                    free_grace_ms=ms_setting(settings, "LEASED_RATE_FREE_GRACE", 0.5,
                                             allow_zero=True))
 
