@@ -48,6 +48,7 @@ from . import signals as leased_signals
 from ._cancel import cancel_and_wait
 from ._claimbook import Claim, ClaimBook
 from ._claimsize import ClaimSizer
+from ._compat import asyncio_loop_in_use
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError
@@ -184,7 +185,7 @@ class LeasedScheduler(BaseScheduler):
         return deferred_from_coro(self._open(spider))
 
     async def _open(self, spider: Spider) -> None:
-        if not _asyncio_loop_in_use():
+        if not asyncio_loop_in_use():
             raise LeasedRedisError(
                 "scrapy_leased needs an asyncio event loop: TWISTED_REACTOR = "
                 "'twisted.internet.asyncioreactor.AsyncioSelectorReactor' (Scrapy's "
@@ -295,7 +296,7 @@ class LeasedScheduler(BaseScheduler):
             raise RuntimeError(
                 f"scrapy_leased cannot follow request completion in Scrapy {scrapy.__version__}"
                 " (engine slot without 'inprogress'/'nextcall', or a scraper without 'slot');"
-                " supported: Scrapy 2.13-2.19"
+                " supported: Scrapy 2.13.4-2.19"
             )
         slot.inprogress = _FinishHook(slot.inprogress, self._on_request_finished)
         self._nextcall = slot.nextcall
@@ -904,17 +905,6 @@ class LeasedScheduler(BaseScheduler):
                            "control": self._control,
                            "capacity": self.concurrency + self.sizer.margin
                            + self.sizer.batch - 1})
-
-
-
-def _asyncio_loop_in_use() -> bool:
-    """The asyncio reactor, or no reactor at all (TWISTED_REACTOR_ENABLED = False)."""
-    from scrapy.utils.asyncio import is_asyncio_available
-
-    try:
-        return is_asyncio_available()
-    except RuntimeError:  # no reactor installed and no loop running
-        return False
 
 
 def _text(value: Any) -> str:
