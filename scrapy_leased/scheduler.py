@@ -31,7 +31,6 @@ import contextlib
 import json
 import logging
 import os
-import secrets
 import socket
 import time
 from typing import TYPE_CHECKING, Any
@@ -71,6 +70,7 @@ from .frontier import (
     Revisit,
 )
 from .frontier.run import SEED, SEEDED, RunMarker
+from .frontier.workerid import enter, new_worker_id
 from .frontier.writer import LINGER_SECONDS, Batch, CommitWriter
 from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token, revisit_ms
 from .middleware import describe
@@ -138,7 +138,9 @@ class LeasedScheduler(BaseScheduler):
         self.stats = crawler.stats
         self.concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
         self.sizer = ClaimSizer(self.concurrency, config.prefetch)
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+        #: host:pid:random (frontier/workerid.py); another one when a live worker of the
+        #: crawl has it (enter(), at open)
+        self.worker_id = new_worker_id()
         self.frontier: Frontier | None = None
         self.writer: CommitWriter | None = None
         self.run: RunMarker | None = None
@@ -226,6 +228,7 @@ class LeasedScheduler(BaseScheduler):
             await self._flush_on_start()
             await self.frontier.check_layout(self.config.seen_bucket_bits,
                                              self.config.seen_ttl_ms)
+        await self._enter()
         state = await client.hget(keys.control, "state")
         if state is not None and state in (STOPPING, STOPPING.encode()):
             # the fleet is stopping: this worker neither seeds nor claims; it closes with
@@ -263,6 +266,23 @@ class LeasedScheduler(BaseScheduler):
                        (self._claim_loop(), self.keeper.renew_loop(), self.keeper.sweep_loop())]
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": self.worker_id})
+
+    async def _enter(self) -> None:
+        """Register in the crawl's worker registry (lua/worker_enter.lua: the check and the
+        write in one script), under a new id when a live worker has this one, before the
+        heartbeat, the run, the claims and the commits use it. After a flush (which reads
+        the registry: workers registered before would keep one another from flushing);
+        a flush under an id in use changes nothing, as that worker's run is on."""
+        assert self.frontier is not None and self.run is not None
+        keys = self.frontier.keys
+        self.worker_id, taken = await enter(self.frontier.client, keys, self.worker_id,
+                                            int(self.config.worker_ttl * 1000))
+        self.frontier.caller = self.run.worker_id = self.worker_id
+        if taken:
+            logger.warning("Worker id %(taken)s is alive in crawl %(crawl)s already: this "
+                           "worker is %(worker)s", {"taken": ", ".join(taken),
+                                                    "crawl": keys.crawl_id,
+                                                    "worker": self.worker_id})
 
     async def _flush_on_start(self) -> None:
         """LEASED_FLUSH_ON_START: begin a fresh run of the crawl (its frontier state
