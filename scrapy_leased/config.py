@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import BaseSettings
-from scrapy.utils.project import data_path
 
 from .connection import CONNECT_TIMEOUT_SECONDS  # how long a starting worker waits for Redis
 from .frontier import NO_BUDGET, Budget, CloseLimits
@@ -37,7 +36,7 @@ SEEN_BUCKET_BITS = 14
 SEEN_CACHE = 100_000
 RECOVER_BATCH = 500
 LOGSTATS_INTERVAL_SECONDS = 60.0  # the fleet log line's period (0: off)
-EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (scrapy.utils.project.data_path)
+EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (embedded.embedded_data_dir)
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
 CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")  # it becomes the keys' {hash tag}
 
@@ -246,7 +245,9 @@ class LeasedConfig:
     fail_http_codes: frozenset[int]
     retry_errors: bool
     fleet_stats: bool  # LEASED_FLEET_STATS: add this worker's Scrapy stats to the crawl's
-    embedded_dir: Path
+    #: LEASED_EMBEDDED_DIR as set: resolved (``embedded_dir``) only when the embedded Redis
+    #: is used, so that a worker with LEASED_REDIS_URL never touches the project's .scrapy/
+    embedded_dir_setting: str
     embedded_server: str | None
     connect_timeout: float
     logstats_interval: float
@@ -311,7 +312,7 @@ class LeasedConfig:
             fail_http_codes=fail_codes,
             retry_errors=bool_setting(settings, "LEASED_RETRY_ERRORS", False),
             fleet_stats=bool_setting(settings, "LEASED_FLEET_STATS", True),
-            embedded_dir=Path(data_path(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR)),
+            embedded_dir_setting=str(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
             connect_timeout=number_setting(settings, "LEASED_CONNECT_TIMEOUT",
                                            CONNECT_TIMEOUT_SECONDS, minimum=0, exclusive=False),
@@ -321,6 +322,14 @@ class LeasedConfig:
             budgets=Budgets.from_settings(settings),
             upsert=UpsertConfig.from_settings(settings),
         )
+
+    @property
+    def embedded_dir(self) -> Path:
+        """The embedded Redis's data directory (embedded.embedded_data_dir): read only
+        where the embedded Redis is used."""
+        from .embedded import embedded_data_dir
+
+        return embedded_data_dir(self.embedded_dir_setting)
 
     @property
     def lease_ms(self) -> int:

@@ -319,6 +319,31 @@ def _start(binary: str, data_dir: Path, timeout: float) -> str:
 # -- public API ------------------------------------------------------------
 
 
+def embedded_data_dir(setting: str | os.PathLike[str]) -> Path:
+    """The data directory for LEASED_EMBEDDED_DIR ``setting``: as is when absolute, else
+    under the project's data directory (``.scrapy/`` next to scrapy.cfg, or the
+    ``[datadir]`` of scrapy.cfg, as Scrapy's ``data_path``), and under ``.scrapy/`` of the
+    current directory when there is no scrapy.cfg (a project found through
+    SCRAPY_SETTINGS_MODULE only). Creates nothing: unlike Scrapy's ``project_data_dir``
+    (which creates ``.scrapy`` with a check-then-mkdir that fails with FileExistsError
+    when workers start at once), the directory is made by ``ensure_embedded_redis``
+    (``mkdir(exist_ok=True)``) and only there."""
+    path = Path(setting)
+    if path.is_absolute():
+        return path
+    from scrapy.utils.conf import closest_scrapy_cfg, get_config
+    from scrapy.utils.project import DATADIR_CFG_SECTION, inside_project
+
+    if inside_project():
+        cfg = get_config()
+        if cfg.has_option(DATADIR_CFG_SECTION, "default"):
+            return Path(cfg.get(DATADIR_CFG_SECTION, "default")) / path
+        scrapy_cfg = closest_scrapy_cfg()
+        if scrapy_cfg:
+            return (Path(scrapy_cfg).parent / ".scrapy").resolve() / path
+    return Path(".scrapy") / path
+
+
 def ensure_embedded_redis(
     data_dir: str | os.PathLike[str],
     binary: str | None = None,

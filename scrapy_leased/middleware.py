@@ -50,12 +50,14 @@ class LeasedFailureMiddleware:
         self.crawler.signals.send_catch_log(signals.request_failed, request=request,
                                             reason=reason, permanent=permanent)
 
-    def process_response(self, request: Request, response: Response) -> Response:
+    def process_response(self, request: Request, response: Response,
+                         spider: object = None) -> Response:
         if response.status in self.fail_codes:
             self._report(request, f"HTTP {response.status} (in LEASED_FAIL_HTTP_CODES)",
                          permanent=False)
         return response
 
-    def process_exception(self, request: Request, exception: Exception) -> None:
+    def process_exception(self, request: Request, exception: Exception,
+                          spider: object = None) -> None:
         if not isinstance(exception, IgnoreRequest) and request.errback is None:
             self._report(request, f"download error: {describe(exception)}", permanent=True)

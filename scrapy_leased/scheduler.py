@@ -31,7 +31,6 @@ import contextlib
 import json
 import logging
 import os
-import secrets
 import socket
 import time
 from typing import TYPE_CHECKING, Any
@@ -48,6 +47,7 @@ from . import signals as leased_signals
 from ._cancel import cancel_and_wait
 from ._claimbook import Claim, ClaimBook
 from ._claimsize import ClaimSizer
+from ._compat import asyncio_loop_in_use
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError, safe_text
@@ -70,6 +70,7 @@ from .frontier import (
     Revisit,
 )
 from .frontier.run import SEED, SEEDED, RunMarker
+from .frontier.workerid import enter, new_worker_id
 from .frontier.writer import LINGER_SECONDS, Batch, CommitWriter
 from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token, revisit_ms
 from .middleware import describe
@@ -137,7 +138,9 @@ class LeasedScheduler(BaseScheduler):
         self.stats = crawler.stats
         self.concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
         self.sizer = ClaimSizer(self.concurrency, config.prefetch)
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+        #: host:pid:random (frontier/workerid.py); another one when a live worker of the
+        #: crawl has it (enter(), at open)
+        self.worker_id = new_worker_id()
         self.frontier: Frontier | None = None
         self.writer: CommitWriter | None = None
         self.run: RunMarker | None = None
@@ -184,7 +187,7 @@ class LeasedScheduler(BaseScheduler):
         return deferred_from_coro(self._open(spider))
 
     async def _open(self, spider: Spider) -> None:
-        if not _asyncio_loop_in_use():
+        if not asyncio_loop_in_use():
             raise LeasedRedisError(
                 "scrapy_leased needs an asyncio event loop: TWISTED_REACTOR = "
                 "'twisted.internet.asyncioreactor.AsyncioSelectorReactor' (Scrapy's "
@@ -225,6 +228,7 @@ class LeasedScheduler(BaseScheduler):
             await self._flush_on_start()
             await self.frontier.check_layout(self.config.seen_bucket_bits,
                                              self.config.seen_ttl_ms)
+        await self._enter()
         state = await client.hget(keys.control, "state")
         if state is not None and state in (STOPPING, STOPPING.encode()):
             # the fleet is stopping: this worker neither seeds nor claims; it closes with
@@ -263,6 +267,23 @@ class LeasedScheduler(BaseScheduler):
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": self.worker_id})
 
+    async def _enter(self) -> None:
+        """Register in the crawl's worker registry (lua/worker_enter.lua: the check and the
+        write in one script), under a new id when a live worker has this one, before the
+        heartbeat, the run, the claims and the commits use it. After a flush (which reads
+        the registry: workers registered before would keep one another from flushing);
+        a flush under an id in use changes nothing, as that worker's run is on."""
+        assert self.frontier is not None and self.run is not None
+        keys = self.frontier.keys
+        self.worker_id, taken = await enter(self.frontier.client, keys, self.worker_id,
+                                            int(self.config.worker_ttl * 1000))
+        self.frontier.caller = self.run.worker_id = self.worker_id
+        if taken:
+            logger.warning("Worker id %(taken)s is alive in crawl %(crawl)s already: this "
+                           "worker is %(worker)s", {"taken": ", ".join(taken),
+                                                    "crawl": keys.crawl_id,
+                                                    "worker": self.worker_id})
+
     async def _flush_on_start(self) -> None:
         """LEASED_FLUSH_ON_START: begin a fresh run of the crawl (its frontier state
         deleted, UpsertPipeline's records kept) when no run of it is on; else join the
@@ -295,7 +316,7 @@ class LeasedScheduler(BaseScheduler):
             raise RuntimeError(
                 f"scrapy_leased cannot follow request completion in Scrapy {scrapy.__version__}"
                 " (engine slot without 'inprogress'/'nextcall', or a scraper without 'slot');"
-                " supported: Scrapy 2.13-2.19"
+                " supported: Scrapy 2.13.4-2.19"
             )
         slot.inprogress = _FinishHook(slot.inprogress, self._on_request_finished)
         self._nextcall = slot.nextcall
@@ -907,17 +928,6 @@ class LeasedScheduler(BaseScheduler):
                            "control": self._control,
                            "capacity": self.concurrency + self.sizer.margin
                            + self.sizer.batch - 1})
-
-
-
-def _asyncio_loop_in_use() -> bool:
-    """The asyncio reactor, or no reactor at all (TWISTED_REACTOR_ENABLED = False)."""
-    from scrapy.utils.asyncio import is_asyncio_available
-
-    try:
-        return is_asyncio_available()
-    except RuntimeError:  # no reactor installed and no loop running
-        return False
 
 
 def _text(value: Any) -> str:

@@ -6,10 +6,7 @@ and every time is Redis server time. This module knows nothing about Scrapy.
 
 from __future__ import annotations
 
-import os
 import re
-import secrets
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +16,7 @@ from redis.exceptions import RedisError, ResponseError
 from .envelope import Envelope
 from .keys import QUEUE_LAYOUT, CrawlKeys, ExtraKeys, tier_code, tier_rank
 from .scripts import as_str, pairs, read_atomic, register
+from .workerid import new_worker_id
 
 #: The fleet's control states (the ``control`` HASH, keys.py): claims are made only while
 #: running; a paused fleet holds what it has, a stopping one closes.
@@ -205,7 +203,7 @@ class Frontier:
         self.ready_lanes = ready_lanes
         self.prune_ms = prune_ms  # renewals prune registry entries silent this long (0: never)
         self.limits = limits
-        self.caller = caller or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.caller = caller or new_worker_id()
         self.epoch: int | None = None
         self.seen_token = 0
         self.seen_rid = 0

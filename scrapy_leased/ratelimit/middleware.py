@@ -117,7 +117,8 @@ class LeasedRateMiddleware:
         scheduler = leased_scheduler(self.crawler)
         return None if scheduler is None else scheduler.frontier
 
-    async def process_request(self, request: Request) -> Request | None:
+    async def process_request(self, request: Request,
+                              spider: object = None) -> Request | None:
         scheduler = leased_scheduler(self.crawler)
         if scheduler is None or scheduler.frontier is None:
             return None
@@ -147,7 +148,8 @@ class LeasedRateMiddleware:
                 return request  # back to the scheduler: frees the concurrency slot
             await asyncio.sleep(wait_ms / 1000)
 
-    async def process_response(self, request: Request, response: Response) -> Response:
+    async def process_response(self, request: Request, response: Response,
+                               spider: object = None) -> Response:
         if self._frontier() is None:
             return response
         if response.status in SLOW_DOWN_STATUSES:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from itemadapter import is_item
 from scrapy.exceptions import NotConfigured
 
+from .._compat import pipeline_hook
 from ..bootstrap import crawl_redis_url_async
 from ..config import LeasedConfig
 from ..connection import LeasedRedisError
@@ -57,7 +58,13 @@ class UpsertPipeline:
     def _inc(self, name: str, count: int = 1) -> None:
         self.stats.inc_value(STATS_PREFIX + name, count)
 
-    async def open_spider(self) -> None:
+    def open_spider(self, spider: Any = None) -> Any:
+        return pipeline_hook(self._open())
+
+    def close_spider(self, spider: Any = None) -> Any:
+        return pipeline_hook(self._close())
+
+    async def _open(self) -> None:
         spider = self.crawler.spider
         assert spider is not None
         crawl_id = self.leased.crawl_id or spider.name
@@ -73,7 +80,7 @@ class UpsertPipeline:
         self.batcher = WriteBatcher(self.store, self.config.batch_size, self._on_batch)
         logger.info("Upserting items into %(store)s", {"store": self.store.description})
 
-    async def close_spider(self) -> None:
+    async def _close(self) -> None:
         if self.batcher is not None:
             await self.batcher.close()
         if self.store is not None:
@@ -90,7 +97,7 @@ class UpsertPipeline:
                            "counted in %(stat)s, logged once.",
                            {"message": message, "stat": STATS_PREFIX + stat})
 
-    async def process_item(self, item: Any) -> Any:
+    async def process_item(self, item: Any, spider: Any = None) -> Any:
         token = self.fences.take(item)
         if not is_item(item):
             self._pass_unstored("not_an_item", f"UpsertPipeline got a {type(item).__name__}, "

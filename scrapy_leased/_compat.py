@@ -1,0 +1,47 @@
+"""What differs between the Scrapy versions the package supports (2.13.4 up).
+
+Scrapy 2.14 stopped passing ``spider`` to components' methods (it passes it only to a
+method that requires it, with a deprecation warning) and awaits the coroutines that an
+item pipeline's ``open_spider``/``close_spider`` return; 2.13 passes ``spider`` to every
+method and chains only Deferreds there. So the package's middleware and pipeline methods
+take an optional ``spider`` they ignore, and the pipeline hooks go through
+``pipeline_hook``. ``scrapy.utils.asyncio`` is 2.14+ (2.13 always runs a reactor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any
+
+import scrapy
+from scrapy.utils.defer import deferred_from_coro
+
+
+def _version(text: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in text.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits or 0))
+    return tuple(out)
+
+
+SCRAPY_2_14 = _version(scrapy.__version__) >= (2, 14)
+
+
+def pipeline_hook(coro: Coroutine[Any, Any, None]) -> Any:
+    """What an item pipeline's ``open_spider``/``close_spider`` returns: the coroutine
+    (Scrapy 2.14+ awaits it), or a Deferred of it (Scrapy 2.13)."""
+    return coro if SCRAPY_2_14 else deferred_from_coro(coro)
+
+
+def asyncio_loop_in_use() -> bool:
+    """The asyncio reactor, or no reactor at all (TWISTED_REACTOR_ENABLED = False, 2.15+)."""
+    try:
+        from scrapy.utils.asyncio import is_asyncio_available
+    except ImportError:  # Scrapy 2.13
+        from scrapy.utils.reactor import is_asyncio_reactor_installed as is_asyncio_available
+
+    try:
+        return is_asyncio_available()
+    except RuntimeError:  # no reactor installed and no loop running
+        return False
