@@ -1,0 +1,106 @@
+"""No background task of a worker ends silently (issue #24, "What to build" 2).
+
+Each test runs a real ``scrapy crawl`` worker (tests/project) against a private
+``redis-server`` and the local test site, with a bug injected in one of its background
+loops (tests/support/bugs.py: one real method patched to raise ``InjectedBug`` once;
+everything else is the real code). The worker must stop with the close reason
+``leased_error`` and a CRITICAL traceback naming the loop, its process must end, and
+nothing may be lost: a second worker started afterwards finishes the crawl, every page
+done once. Leases are long (60 s) where the worker must give back what it holds when it
+stops: a claim left held would keep the second worker from finishing within the test's
+time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from scrapy_leased.frontier.keys import CrawlKeys
+from tests.support.bugs import BUG_LANE
+from tests.test_faults import CrawlState, assert_every_page_fetched, site_counts
+
+N_PAGES = 60
+LONG_LEASE = 60.0
+BUG_EXT = {"EXTENSIONS": {"testproject.extensions.FleetBarrier": 0,
+                          "tests.support.bugs.InjectBug": 0}}
+# slow callbacks (0.25 s, 4 at a time): the bug hits while most of the crawl is left
+SLOW = {"slow_path": "/p/", "slow_seconds": "0.25", "start_filter": "1"}
+BASE = {"LEASED_RENEW_INTERVAL": 0.3, "LEASED_SWEEP_INTERVAL": 0.3, "CONCURRENT_REQUESTS": 4}
+
+# bug -> (the task named in the log, the patched call that raises, lease seconds)
+CASES = {
+    "claim": ("the claim loop", 3, LONG_LEASE),
+    "writer_before": ("the commit writer", 3, LONG_LEASE),
+    "writer_after": ("the commit writer", 3, LONG_LEASE),
+    "renew": ("the lease renewals", 3, LONG_LEASE),
+    "sweep": ("the recovery of expired leases", 3, LONG_LEASE),
+    "stats": ("the fleet stats flush", 2, LONG_LEASE),
+    "logstats": ("the fleet log line", 2, LONG_LEASE),
+    "watch": ("the penalty watch", 1, LONG_LEASE),
+    # the feed batch taken goes back to the feed after its lease (no script gives it
+    # back sooner): a short lease
+    "feed": ("the claim loop", 1, 2.0),
+}
+
+
+def _publish_until_stopped(redis_server, crawl_id: str, worker) -> None:
+    """Publish ``BUG_LANE`` on the crawl's penalty channel until the worker stops (its
+    penalty watch subscribes once it starts downloading)."""
+    r = redis_server.client()
+    channel = CrawlKeys(crawl_id).penalties
+    deadline = time.monotonic() + 25
+    while worker.running and time.monotonic() < deadline:
+        r.publish(channel, BUG_LANE)
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("bug", list(CASES))
+def test_a_bug_in_a_loop_stops_the_worker_and_loses_nothing(
+        bug, redis_server, crawl_id, make_site, start_worker):
+    task, nth, lease = CASES[bug]
+    site = make_site(pages=N_PAGES)
+    st = CrawlState(redis_server, crawl_id)
+    settings = {**BASE, **BUG_EXT, "LEASED_LEASE_SECONDS": lease, "TEST_BUG": bug,
+                "TEST_BUG_CALL": nth}
+    if bug == "logstats":
+        settings["LEASED_LOGSTATS_INTERVAL"] = 0.2
+    if bug == "feed":  # every page pushed to the feed before the worker starts
+        st.r.rpush(st.k.feed, *[json.dumps({"url": site.page_url(i)})
+                                for i in range(N_PAGES)])
+    a = start_worker(redis_server.url, crawl_id, site.url + "/p/0", settings=settings,
+                     args=SLOW, name="buggy")
+    if bug == "watch":
+        _publish_until_stopped(redis_server, crawl_id, a)
+    assert a.wait(30) == 0, a.log_tail(80)  # the process ends: it does not hang
+    log = a.log_text()
+    assert a.close_reason() == "leased_error", a.log_tail(80)
+    assert f"CRITICAL: Unexpected error in {task} of this worker (a bug)" in log, log[-4000:]
+    assert "Traceback (most recent call last)" in log
+    assert "tests.support.bugs.InjectedBug: injected bug in" in log
+    assert a.stats()["leased/task_errors"] == 1
+    assert st.stat("done") < N_PAGES, "the bug came after the crawl was done"
+    # what it held and had not started went back at once (leases of 60 s otherwise)
+    if lease == LONG_LEASE:
+        assert st.r.zcard(st.k.leases) == 0
+
+    b = start_worker(redis_server.url, crawl_id, site.url + "/p/0",
+                     settings={**BASE, "LEASED_LEASE_SECONDS": lease},
+                     args={"start_filter": "1"}, name="rerun")
+    assert b.wait(30) == 0, b.log_tail(80)
+    assert b.close_reason() == "finished", b.log_tail(80)
+    assert "Traceback" not in b.log_text(), b.log_tail(80)
+    stats = st.stats()
+    assert stats["done"] == N_PAGES
+    assert stats["acked"] == N_PAGES  # nothing acked twice (writer_after: the same call id)
+    assert stats["enqueued"] == N_PAGES
+    assert "recovered" not in stats  # nothing waited for its lease to expire
+    assert st.dead() == {}
+    st.assert_drained()
+    counts = site_counts(site)
+    assert_every_page_fetched(site, counts)
+    assert set(counts.values()) == {1}, {p: c for p, c in counts.items() if c > 1}
+    items = [i["url"] for i in a.items() + b.items()]
+    assert len(items) == len(set(items)) == N_PAGES
