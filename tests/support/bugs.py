@@ -14,6 +14,8 @@ first), once; everything else is the real code:
 - ``sweep``: ``Frontier.recover`` (the recovery of expired leases);
 - ``stats``: ``StatsFlusher.flush`` (the fleet stats flush loop);
 - ``logstats``: ``LeasedLogStats.log`` (the fleet log line);
+- ``upsert``: ``UpsertPipeline._on_batch`` (the item writer of UpsertPipeline), after
+  the store wrote the batch, before its writes are told;
 - ``watch``: ``LeasedRateMiddleware._note_penalty`` (the penalty watch), for the lane
   ``BUG_LANE`` only, every time (the test publishes it on the penalty channel).
 """
@@ -39,6 +41,7 @@ def _targets() -> dict[str, tuple[Any, str]]:
     from scrapy_leased.observe.flush import StatsFlusher
     from scrapy_leased.ratelimit.middleware import LeasedRateMiddleware
     from scrapy_leased.scheduler import LeasedScheduler
+    from scrapy_leased.upsert.pipeline import UpsertPipeline
 
     return {
         "claim": (LeasedScheduler, "_absorb"),
@@ -49,6 +52,7 @@ def _targets() -> dict[str, tuple[Any, str]]:
         "sweep": (Frontier, "recover"),
         "stats": (StatsFlusher, "flush"),
         "logstats": (LeasedLogStats, "log"),
+        "upsert": (UpsertPipeline, "_on_batch"),
         "watch": (LeasedRateMiddleware, "_note_penalty"),
     }
 
