@@ -13,15 +13,18 @@ time.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 
 import pytest
 
 from scrapy_leased.frontier.keys import CrawlKeys
-from tests.support.bugs import BUG_LANE
+from tests.support.bugs import BUG_LANE, InjectedBug
 from tests.support.upsert import make_target
 from tests.test_faults import CrawlState, assert_every_page_fetched, site_counts
+from tests.test_frontier import run
 
 N_PAGES = 60
 LONG_LEASE = 60.0
@@ -118,3 +121,90 @@ def test_a_bug_in_a_loop_stops_the_worker_and_loses_nothing(
         assert again and set(counts.values()) == {1, 2}
         assert stats["failed"] == len(again)
         assert set(target.records()) == {site.page_url(i) for i in range(N_PAGES)}
+
+
+# -- the pieces, in one process (real redis-server, real Frontier) --------------------
+
+@pytest.mark.parametrize("applied", [False, True], ids=["before_send", "after_send"])
+def test_the_writer_holds_a_batch_a_bug_hit_and_resends_it_once_under_its_call_id(
+        applied, redis_server, crawl_id):
+    """A bug in the middle of a commit (before it was sent, or after Redis applied it:
+    its reply lost to the bug): the writer stops, holds the batch, sends nothing new;
+    the final drain sends it again unchanged under the same call id (applied once: its
+    acks and the stats riding along counted once), then what came meanwhile."""
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        from scrapy_leased.frontier import NewRequest
+        from scrapy_leased.frontier.writer import CommitWriter
+
+        await f.enqueue([NewRequest(f"p{i}") for i in range(6)])
+        claims = (await f.claim(6, "w")).claims
+        sent: list[str] = []
+        original = f.commit
+
+        async def commit(*args, call_id=None, **kwargs):
+            sent.append(call_id)
+            if len(sent) == 1:
+                if applied:
+                    await original(*args, call_id=call_id, **kwargs)
+                raise InjectedBug("injected")
+            return await original(*args, call_id=call_id, **kwargs)
+
+        f.commit = commit
+        bugs: list[tuple[str, BaseException]] = []
+        results: list[object] = []
+        writer = CommitWriter(f, lambda batch, result: results.append(result),
+                              on_bug=lambda name, exc: bugs.append((name, exc)))
+        writer.stats_delta = lambda: ["i", "loops/x", "1"]
+        for token, env in claims[:3]:
+            writer.add_ack(token, env.rid)
+        writer.add_request(NewRequest("child"), "child")
+        writer.flush()
+        while not bugs:
+            await asyncio.sleep(0.01)
+        assert bugs[0][0] == "the commit writer" and isinstance(bugs[0][1], InjectedBug)
+        assert writer.broken is bugs[0][1]
+        for token, env in claims[3:]:  # nothing new is sent by a broken writer
+            writer.add_ack(token, env.rid)
+        assert not await writer.drain(timeout=0.5)
+        assert len(sent) == 1 and results == []
+        assert await writer.drain(timeout=10, final=True)
+        assert sent[1] == sent[0] and sent[2] != sent[0]  # held batch first, its own id
+        assert len(results) == 2 and len(bugs) == 1
+        stats = r.hgetall(keys.stats)
+        assert int(stats["acked"]) == 6 and int(stats["enqueued"]) == 7
+        assert r.hget(keys.fleet_stats, "loops/x") == "2"  # once per batch, not per try
+        assert r.zcard(keys.leases) == 0
+
+    run(redis_server, crawl_id, body)
+
+
+def test_supervise_reports_a_bug_and_never_swallows_a_cancellation(caplog):
+    from scrapy_leased._supervise import supervise
+
+    async def main() -> None:
+        bugs: list[tuple[str, BaseException]] = []
+
+        async def forever() -> None:
+            await asyncio.sleep(3600)
+
+        async def buggy() -> None:
+            await asyncio.sleep(0)
+            raise InjectedBug("boom")
+
+        task = supervise("a loop", forever(), lambda n, e: bugs.append((n, e)))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled() and bugs == []
+        task = supervise("the other loop", buggy(), lambda n, e: bugs.append((n, e)))
+        await task  # ended (the exception went to on_bug, logged)
+        assert [(n, type(e)) for n, e in bugs] == [("the other loop", InjectedBug)]
+
+    with caplog.at_level(logging.CRITICAL, logger="scrapy_leased._supervise"):
+        asyncio.run(main())
+    [record] = [r for r in caplog.records if r.name == "scrapy_leased._supervise"]
+    assert record.levelname == "CRITICAL" and record.exc_info is not None
+    assert "Unexpected error in the other loop of this worker" in record.getMessage()
