@@ -3,7 +3,8 @@
 ``renew_loop`` is the heartbeat: it renews the leases of the claims the worker holds
 (and refreshes its run), and marks the claims whose lease was lost. ``sweep_loop``
 requeues the expired leases of any worker (recovery). Both retry through a Redis outage,
-warning once.
+warning once; any other exception ends them, and the scheduler, which runs them
+supervised (_supervise.py), stops the worker.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from scrapy import Spider, signals
 from scrapy.exceptions import NotConfigured
 
+from ._supervise import crawl_stopper, supervise
 from .config import LeasedConfig
 from .fleet import FleetAdmin, Snapshot, diagnose
 from .fleet.logline import FLEET_LINE, fleet_line_args
@@ -48,7 +49,8 @@ class LeasedLogStats:
         return o
 
     def spider_opened(self, spider: Spider) -> None:
-        self._task = asyncio.ensure_future(self._loop(spider))
+        self._task = supervise("the fleet log line", self._loop(spider),
+                               crawl_stopper(self.crawler))
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
         if self._task is not None:

@@ -49,6 +49,7 @@ from ._claimbook import Claim, ClaimBook
 from ._claimsize import ClaimSizer
 from ._compat import asyncio_loop_in_use
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
+from ._supervise import BUG_REASON, close_crawl, supervise
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError, safe_text
 from .config import LeasedConfig
@@ -174,6 +175,12 @@ class LeasedScheduler(BaseScheduler):
         self._paused_idle = False  # paused, and nothing started is left here (logged)
         self._stop_task: asyncio.Future[None] | None = None
         self._joined = False  # joined the crawl's run (run.py): leaves it when closing
+        #: The background task that stopped this worker on an unexpected exception
+        self.failed_task: str | None = None
+        self._bug_task: asyncio.Future[None] | None = None
+        # The claims of the claim reply being taken (_absorb): released when closing if
+        # an error left them out of the book
+        self._absorbing: list[tuple[int, Any]] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -213,7 +220,8 @@ class LeasedScheduler(BaseScheduler):
                                          queues=not self.config.flush_on_start)
         self.frontier.on_seen_gen = self._on_seen_gen
         await self.frontier.record_half_life()
-        self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS)
+        self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS,
+                                   on_bug=self.task_failed)
         packer = RequestPacker(self.crawler.request_fingerprinter, self.config.seen_bucket_bits,
                                self.codec, self.budgets)
         self.feed = FeedDrainer(self.frontier, packer, spider, self.stats,
@@ -262,8 +270,10 @@ class LeasedScheduler(BaseScheduler):
             # so that a worker finding nothing else does not take the crawl for finished
             with contextlib.suppress(RedisError, OSError):
                 await self.keeper.revisit()
-        self._tasks = [asyncio.ensure_future(t) for t in
-                       (self._claim_loop(), self.keeper.renew_loop(), self.keeper.sweep_loop())]
+        self._tasks = [supervise(name, coro, self.task_failed) for name, coro in
+                       (("the claim loop", self._claim_loop()),
+                        ("the lease renewals", self.keeper.renew_loop()),
+                        ("the recovery of expired leases", self.keeper.sweep_loop()))]
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": self.worker_id})
 
@@ -336,12 +346,14 @@ class LeasedScheduler(BaseScheduler):
                            "closing without it")
         if self._round_done is not None:
             self._round_done.set()  # a start() pacing wait ends
-        if not await self.writer.drain(timeout=max(30.0, self.config.lease_seconds)):
+        if not await self.writer.drain(timeout=max(30.0, self.config.lease_seconds), final=True):
             logger.error("Could not write everything to Redis before closing; the claims "
                          "concerned return to the queue when their leases expire")
         # Claims still here were never started (or wait for a retry): give them back,
         # with those of a claim call whose reply was lost.
         tokens = self.book.unstarted()
+        tokens += [(token, env.lane) for token, env in self._absorbing
+                   if token not in self.book.claims and token not in self.book.settling]
         try:
             tokens += [(token, env.lane) for token, env in await self.frontier.resolve_claim()]
         except (RedisError, OSError):
@@ -448,14 +460,31 @@ class LeasedScheduler(BaseScheduler):
         """Whether ``close`` has begun (the Redis client is about to be closed)."""
         return self._closing
 
-    def run_beside(self, coro: Coroutine[Any, Any, None]) -> bool:
-        """Run ``coro`` as a task of this worker, cancelled when the scheduler closes
-        (before its Redis client is closed); False (and ``coro`` closed) once closing."""
+    def run_beside(self, coro: Coroutine[Any, Any, None], name: str = "a background task"
+                   ) -> bool:
+        """Run ``coro`` as a task of this worker named ``name``, supervised
+        (_supervise.py: an unexpected exception ending it stops the worker) and
+        cancelled when the scheduler closes (before its Redis client is closed); False
+        (and ``coro`` closed) once closing."""
         if self._closing or self.frontier is None:
             coro.close()
             return False
-        self._tasks.append(asyncio.ensure_future(coro))
+        self._tasks.append(supervise(name, coro, self.task_failed))
         return True
+
+    def task_failed(self, name: str, exc: BaseException) -> None:
+        """A background task named ``name`` ended on an unexpected exception (logged by
+        _supervise.py): stop this worker with the close reason ``BUG_REASON``. It claims
+        nothing more; the requests in progress finish, the claims not started are
+        released (``close``)."""
+        self.stats.inc_value("leased/task_errors")
+        if self.failed_task is not None or self._closing:
+            return
+        self.failed_task = name
+        if self._kick is not None:
+            self._kick.set()
+        self._bug_task = asyncio.ensure_future(
+            close_crawl(self.crawler, BUG_REASON, lambda: self._closing))
 
     def is_handed(self, request: Request) -> bool:
         """Whether this request object is one this scheduler handed to the engine (a
@@ -483,7 +512,8 @@ class LeasedScheduler(BaseScheduler):
         """The seeding worker's start() is exhausted: once its requests are in Redis,
         the other workers of the run skip it."""
         assert self.run is not None and self.writer is not None
-        await self.writer.drain()
+        if not await self.writer.drain():
+            return  # stopped on a bug: not seeded (the next run sends start() again)
         try:
             await self.run.seeded()
         except (RedisError, OSError) as exc:
@@ -608,23 +638,7 @@ class LeasedScheduler(BaseScheduler):
             if by or why:
                 logger.info("The fleet's stop was set by %(by)s%(why)s",
                             {"by": _text(by), "why": f": {_text(why)}" if why else ""})
-        engine = self.crawler.engine
-        while engine is not None and not getattr(engine, "running", False) \
-                and not self._closing:
-            await asyncio.sleep(0.05)  # opening: the engine cannot close before it runs
-        if engine is None or self._closing:
-            return
-        close = getattr(engine, "close_spider_async", None)  # Scrapy 2.14+
-        try:
-            if close is not None:
-                await close(reason=STOP_REASON)
-            else:
-                from scrapy.utils.defer import maybe_deferred_to_future
-
-                assert self.spider is not None
-                await maybe_deferred_to_future(engine.close_spider(self.spider, STOP_REASON))
-        except Exception:
-            logger.exception("Could not close the spider for the fleet's stop")
+        await close_crawl(self.crawler, STOP_REASON, lambda: self._closing)
 
     def _settle(self, claim: Claim) -> None:
         assert self.writer is not None
@@ -703,6 +717,8 @@ class LeasedScheduler(BaseScheduler):
     def _capacity(self) -> int:
         if self._engine_slot is not None and self._engine_slot.closing is not None:
             return 0  # the engine is shutting down: claim nothing new
+        if self.failed_task is not None:
+            return 0  # stopping on a bug: claim nothing new
         if self.book.suspects or self.book.isolated is not None:
             return 0  # a suspect runs alone: claim nothing until it is settled
         slot = getattr(self._scraper, "slot", None)
@@ -749,11 +765,13 @@ class LeasedScheduler(BaseScheduler):
                     sent = time.monotonic()
                     asked = self._candidates(want)
                     result = await self.frontier.claim(want, self.worker_id, asked)
+                    self._absorbing = result.claims
                     self.sizer.claimed(time.monotonic() - sent)
                     if len(result.claims) < want and self._more_candidates(result, asked):
                         # ready lanes this claim did not name (others emptied some)
                         self._lanes = result.ready_lanes
                         result = await self._claim_more(result, want)
+                        self._absorbing = result.claims
                 except (RedisError, OSError) as exc:
                     self._round_finished()
                     self._warn("claim", "Cannot claim from Redis, retrying: %s", exc)
@@ -770,6 +788,7 @@ class LeasedScheduler(BaseScheduler):
                     continue
                 self._lanes = result.ready_lanes
                 self._absorb(result, sent)
+                self._absorbing = []
                 # stale: lanes with requests were left for a tier this worker had not
                 # learnt (lua/claim.lua); the reply named it: claim again at once
                 self._starved = not result.claims and not result.stale
@@ -809,9 +828,8 @@ class LeasedScheduler(BaseScheduler):
         except (RedisError, OSError) as exc:
             self._warn("feed", "Cannot take entries off the feed, retrying: %s", exc)
             return False
-        except Exception:  # a bug: said, and the claim loop goes on
-            logger.exception("Draining the feed failed")
-            return False
+        # anything else is a bug: it ends the claim loop, which stops the worker
+        # (_supervise.py); the batch it took goes back to the feed after its lease
         self._warn.clear("feed")
         return taken > 0
 

@@ -15,6 +15,13 @@ both), until it holds ``LINGER_PAGES`` acks and failures or ``MAX_BATCH`` reques
 little longer and a waiting child is seen by other workers a little later; no guarantee
 changes (a worker killed meanwhile returns those claims through their leases, as any
 claim not acked yet).
+
+An unexpected exception while a batch is sent (a bug: not a RedisError or OSError) does
+not lose the batch: it is held, with its call id, and sent first and unchanged by the
+next try, so that Redis applies it once even if the first try ran (lua/lib_guard.lua).
+The writer then stops (``broken``; its task is supervised, _supervise.py: the worker
+stops) and adds nothing new to Redis until ``drain(final=True)``, called once when the
+worker closes, tries once more to write everything.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from .._supervise import OnBug, supervise
 from ..codec import safe_text
 from .machine import CommitResult, Failure, Frontier, NewRequest, Revisit
 
@@ -54,10 +62,16 @@ class Batch:
 class CommitWriter:
     def __init__(self, frontier: Frontier,
                  on_result: Callable[[Batch, CommitResult], None],
-                 linger: float = 0.0) -> None:
+                 linger: float = 0.0, on_bug: OnBug | None = None) -> None:
         self.frontier = frontier
         self.on_result = on_result
         self.linger = linger
+        #: Called when the writer stopped on an unexpected exception (a bug)
+        self.on_bug = on_bug
+        #: The unexpected exception the writer stopped on (None: it runs)
+        self.broken: BaseException | None = None
+        #: A batch taken and its call id, not known to be applied: sent first, unchanged
+        self._held: tuple[Batch, str] | None = None
         self._go = asyncio.Event()  # send what is buffered now (flush, drain, a full batch)
         self._batch = Batch([], [], [], [])
         self._task: asyncio.Task[None] | None = None
@@ -112,8 +126,19 @@ class CommitWriter:
 
     def _kick(self) -> None:
         self._idle.clear()
+        if self.broken is not None:
+            return  # stopped on a bug: drain(final=True) tries once more
         if self._task is None or self._task.done():
-            self._task = asyncio.ensure_future(self._run())
+            self._task = supervise("the commit writer", self._run(), self._stopped)
+
+    def _stopped(self, name: str, exc: BaseException) -> None:
+        self.broken = exc
+        if self.on_bug is not None:
+            self.on_bug(name, exc)
+
+    def _has_work(self) -> bool:
+        b = self._batch
+        return self._held is not None or bool(b.enqueue or b.acks or b.fails)
 
     def _take(self) -> Batch:
         b = self._batch
@@ -136,37 +161,62 @@ class CommitWriter:
         self._go.clear()
 
     async def _run(self) -> None:
-        delay = 0.05
-        while self._batch.enqueue or self._batch.acks or self._batch.fails:
-            await self._linger()
-            batch = self._take()
-            if self.stats_delta is not None and (batch.acks or batch.fails):
-                batch.stats = self.stats_delta()
-            call_id = self.frontier.new_call_id()
-            while True:  # the same batch, the same id, until Redis answers
-                try:
-                    result = await self.frontier.commit(batch.enqueue, batch.acks, batch.fails,
-                                                        call_id=call_id,
-                                                        revisits=batch.revisits,
-                                                        stats=batch.stats)
-                    break
-                except (RedisError, OSError) as exc:
-                    if not self._warned:
-                        logger.warning("Cannot write to Redis, retrying (nothing is dropped): %s",
-                                       exc)
-                        self._warned = True
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, RETRY_CAP_SECONDS)
-            if self._warned:
-                logger.info("Writing to Redis again")
-                self._warned = False
-            delay = 0.05
+        while self._has_work():
+            if self._held is None:
+                await self._linger()
+                batch = self._take()
+                # held from now on: whatever happens next, it is sent again unchanged,
+                # under this id, before anything else
+                self._held = (batch, self.frontier.new_call_id())
+                if self.stats_delta is not None and (batch.acks or batch.fails):
+                    batch.stats = self.stats_delta()
+            batch, call_id = self._held
+            result = await self._send(batch, call_id)
+            self._held = None
             self.generation += 1
             self.on_result(batch, result)
         self._idle.set()
 
-    async def drain(self, timeout: float | None = None) -> bool:
-        """Wait until everything buffered is written; False on timeout."""
+    async def _send(self, batch: Batch, call_id: str) -> CommitResult:
+        """Commit ``batch`` under ``call_id`` until Redis answers (RedisError and OSError
+        retried with backoff; anything else raised)."""
+        delay = 0.05
+        while True:  # the same batch, the same id, until Redis answers
+            try:
+                result = await self.frontier.commit(batch.enqueue, batch.acks, batch.fails,
+                                                    call_id=call_id,
+                                                    revisits=batch.revisits,
+                                                    stats=batch.stats)
+                break
+            except (RedisError, OSError) as exc:
+                if not self._warned:
+                    logger.warning("Cannot write to Redis, retrying (nothing is dropped): %s",
+                                   exc)
+                    self._warned = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_CAP_SECONDS)
+        if self._warned:
+            logger.info("Writing to Redis again")
+            self._warned = False
+        return result
+
+    async def drain(self, timeout: float | None = None, final: bool = False) -> bool:
+        """Wait until everything buffered is written; False on timeout, or when the
+        writer stopped on a bug (``broken``). ``final`` (the worker closes): a writer
+        stopped on a bug tries once more, the held batch first."""
+        if self.broken is not None:
+            if not final or not self._has_work():
+                return not self._has_work()
+            try:
+                await asyncio.wait_for(self._run(), timeout)
+            except asyncio.TimeoutError:
+                return False
+            except Exception as exc:
+                logger.error("The commit writer failed again while closing (%(exc)r): what "
+                             "it holds is not written; the claims concerned return to the "
+                             "queue when their leases expire", {"exc": exc})
+                return False
+            return True
         self.flush()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)

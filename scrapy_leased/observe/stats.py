@@ -24,6 +24,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from .._cancel import cancel_and_wait
+from .._supervise import crawl_stopper, supervise
 from ..config import LeasedConfig
 from ..connection import make_client
 from ..scheduler import leased_scheduler
@@ -75,7 +76,8 @@ class LeasedFleetStats:
         self.flusher = StatsFlusher(self._client, scheduler.frontier.keys, scheduler.worker_id)
         if scheduler.writer is not None:  # the deltas ride along with its commits
             scheduler.writer.stats_delta = self.stats_delta
-        self._task = asyncio.ensure_future(self._loop())
+        self._task = supervise("the fleet stats flush", self._loop(),
+                               crawl_stopper(self.crawler))
 
     def stats_delta(self) -> list[Any]:
         """What changed in the stats since the last deltas taken (a commit carries it)."""

@@ -106,7 +106,7 @@ class LeasedRateMiddleware:
         frontier = scheduler.frontier
         if self._watch is None or self._watch_frontier is not frontier:
             watch = PenaltyWatch(frontier.client, frontier.keys.penalties, self._note_penalty)
-            if not scheduler.run_beside(watch.run()):
+            if not scheduler.run_beside(watch.run(), "the penalty watch"):
                 return None
             self._watch, self._watch_frontier = watch, frontier
         return self._watch

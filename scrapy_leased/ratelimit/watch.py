@@ -43,6 +43,7 @@ class PenaltyWatch:
         #: time.monotonic() from which every penalty published reaches this worker; None
         #: while not subscribed
         self.listening_since: float | None = None
+        self._skipped = False  # a message that is not a lane name was logged
 
     def heard_all_since(self, since: float) -> bool:
         """Whether every penalty published after ``since`` (time.monotonic()) has been
@@ -50,6 +51,10 @@ class PenaltyWatch:
         return self.listening_since is not None and self.listening_since <= since
 
     async def run(self) -> None:
+        """Listen until cancelled. Redis trouble (of any kind: unreachable, a failover,
+        a cluster's topology) is retried; a message that is not a lane name is skipped;
+        an exception from ``on_penalty`` is a bug and ends the watch (supervised by the
+        scheduler: _supervise.py)."""
         delay = 0.1
         while True:
             pubsub = None
@@ -72,11 +77,13 @@ class PenaltyWatch:
                         self.listening_since = time.monotonic()
                         delay = 0.1
                     elif kind == "message":
-                        self.on_penalty(as_str(message.get("data")))
+                        self._deliver(message.get("data"))
                     else:
                         self.listening_since = None
             except asyncio.CancelledError:
                 raise
+            except _HandlerFailed as failed:
+                raise failed.error from None  # a bug: the supervisor stops the worker
             except Exception as exc:  # Redis down, failover, cluster topology...
                 self.listening_since = None
                 logger.debug("Penalty channel %(channel)s unavailable (%(exc)s): requests "
@@ -89,3 +96,28 @@ class PenaltyWatch:
                 if pubsub is not None:
                     with contextlib.suppress(Exception):
                         await pubsub.aclose()
+
+    def _deliver(self, data: Any) -> None:
+        """One message published on the channel: a lane name (anyone can publish there:
+        one that is not text is skipped)."""
+        try:
+            lane = as_str(data)
+        except (UnicodeDecodeError, TypeError, ValueError):
+            if not self._skipped:
+                self._skipped = True
+                logger.warning("Skipped a message on the penalty channel %(channel)s that is "
+                               "not a lane name: %(data)r (logged once)",
+                               {"channel": self.channel, "data": data})
+            return
+        try:
+            self.on_penalty(lane)
+        except Exception as exc:
+            raise _HandlerFailed(exc) from exc
+
+
+class _HandlerFailed(Exception):
+    """``on_penalty`` raised ``error``: not a Redis trouble to retry."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error

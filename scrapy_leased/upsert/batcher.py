@@ -4,6 +4,10 @@ caller awaits the durable write of its own record, and gets the store's error wh
 its batch failed: the request fails and the frontier retries it later. A batch that
 failed because of its data (not the store) is written again one record at a time,
 so a bad item fails alone instead of taking its batch-mates with it.
+
+The batcher's task is supervised (_supervise.py): an unexpected exception in it (a bug,
+not the store's error) fails every write waiting in it, so that no item waits for ever,
+and calls ``on_bug``, which stops the worker.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from .._supervise import OnBug, supervise
 from .records import Record
 from .stores.base import Store, StoreError
 
@@ -25,11 +30,14 @@ BACKOFF_CAP_SECONDS = 2.0
 
 class WriteBatcher:
     def __init__(self, store: Store, batch_size: int,
-                 on_batch: Callable[[int, bool], None] | None = None) -> None:
+                 on_batch: Callable[[int, bool], None] | None = None,
+                 on_bug: OnBug | None = None) -> None:
         self.store = store
         self.batch_size = batch_size
         self.on_batch = on_batch  # (records in the batch, succeeded)
+        self.on_bug = on_bug
         self._pending: list[tuple[Record, asyncio.Future[bool]]] = []
+        self._writing: list[tuple[Record, asyncio.Future[bool]]] = []  # the batch in flight
         self._task: asyncio.Task[None] | None = None
         self._delay = 0.0
         self._failing = False
@@ -40,14 +48,27 @@ class WriteBatcher:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append((record, future))
         if self._task is None or self._task.done():
-            self._task = asyncio.ensure_future(self._run())
+            self._task = supervise("the item writer of UpsertPipeline", self._run(),
+                                   self._stopped)
         return await future
+
+    def _stopped(self, name: str, exc: BaseException) -> None:
+        """The task ended on a bug: every write waiting fails (its request is retried)."""
+        waiting, self._writing, self._pending = self._writing + self._pending, [], []
+        for _, future in waiting:
+            if not future.done():
+                error = StoreError(f"cannot write the item to {self.store.description}: "
+                                   f"{name} failed: {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+                future.set_exception(error)
+        if self.on_bug is not None:
+            self.on_bug(name, exc)
 
     async def _run(self) -> None:
         while self._pending:
             if self._delay:
                 await asyncio.sleep(self._delay)
-            batch = self._pending[:self.batch_size]
+            batch = self._writing = self._pending[:self.batch_size]
             del self._pending[:self.batch_size]
             try:
                 results = await self.store.write([r for r, _ in batch])
@@ -58,6 +79,7 @@ class WriteBatcher:
                     self._fail(batch, exc)
                 continue
             self._succeeded(batch, results)
+        self._writing = []
 
     async def _one_by_one(self, batch: list[tuple[Record, asyncio.Future[bool]]]) -> None:
         for entry in batch:

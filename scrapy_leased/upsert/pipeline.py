@@ -16,6 +16,7 @@ from itemadapter import is_item
 from scrapy.exceptions import NotConfigured
 
 from .._compat import pipeline_hook
+from .._supervise import crawl_stopper
 from ..bootstrap import crawl_redis_url_async
 from ..config import LeasedConfig
 from ..connection import LeasedRedisError
@@ -77,7 +78,8 @@ class UpsertPipeline:
         except (StoreError, LeasedRedisError) as exc:
             logger.error("%(error)s", {"error": exc})
             raise
-        self.batcher = WriteBatcher(self.store, self.config.batch_size, self._on_batch)
+        self.batcher = WriteBatcher(self.store, self.config.batch_size, self._on_batch,
+                                    on_bug=crawl_stopper(self.crawler))
         logger.info("Upserting items into %(store)s", {"store": self.store.description})
 
     async def _close(self) -> None:
