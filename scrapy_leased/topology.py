@@ -42,7 +42,14 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.backoff import NoBackoff
-from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError, TryAgainError
+from redis.cluster import PRIMARY
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry as SyncRetry
@@ -448,6 +455,13 @@ class _AskingNode(AsyncClusterNode):
     __slots__ = ()
 
     async def execute_command(self, *args: Any, asking: bool = False, **kwargs: Any) -> Any:
+        try:
+            return await self._execute(*args, asking=asking, **kwargs)
+        except AskError as exc:
+            _ask_targets[f"{exc.host}:{exc.port}"] = (exc.host, int(exc.port))
+            raise
+
+    async def _execute(self, *args: Any, asking: bool = False, **kwargs: Any) -> Any:
         global _asking_next
         if args == ("ASKING",):
             _asking_next = self
@@ -468,6 +482,13 @@ class _AskingNode(AsyncClusterNode):
             raise
         finally:
             self.release(connection)
+
+
+#: The nodes (name -> host, port) that answered an ASK redirection: cluster nodes, but
+#: maybe not in a client's node cache yet (a master that owns no slot, such as one just
+#: added to receive a slot being resharded, is not in CLUSTER SLOTS), where redis-py
+#: looks the ASK target up (``get_node``) and would send ASKING to None.
+_ask_targets: dict[str, tuple[str, int]] = {}
 
 
 class LeasedRedisCluster(AsyncRedisCluster):
@@ -518,6 +539,22 @@ class LeasedRedisCluster(AsyncRedisCluster):
                              "n": self.migration_retries})
                 self._migrating_since = None
             return result
+
+    def get_node(self, host: str | None = None, port: int | None = None,
+                 node_name: str | None = None) -> AsyncClusterNode | None:
+        """redis-py's lookup, which also knows the target of an ASK redirection not in
+        the node cache yet (``_ask_targets``): it is added as a primary, as redis-py
+        adds the target of a MOVED redirection (the slot's owner after the migration)."""
+        node: AsyncClusterNode | None = super().get_node(host, port, node_name)
+        if node is None and node_name is not None and node_name in _ask_targets:
+            manager = self.nodes_manager
+            ask_host, ask_port = _ask_targets[node_name]
+            node = _AskingNode(ask_host, ask_port, PRIMARY, **manager.connection_kwargs)
+            manager.set_nodes(manager.nodes_cache, {node.name: node})
+            logger.debug("Redis Cluster: ASK to %(node)s, a node not in the slots map "
+                         "(a master without slots yet): added to the node cache",
+                         {"node": node.name})
+        return node
 
     def _adopt_nodes(self) -> None:
         """Make every known node an ``_AskingNode`` (redis-py creates plain ones when it
