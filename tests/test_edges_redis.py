@@ -18,14 +18,17 @@ from typing import Any
 import pytest
 from scrapy.settings import Settings
 
+from scrapy_leased.config import LeasedConfigError, check_redis_url
 from scrapy_leased.connection import LeasedRedisError, check_reachable, connect, make_client
 from scrapy_leased.frontier import Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.observe.reader import FleetReader
 from scrapy_leased.ratelimit.budgets import Budgets
+from scrapy_leased.topology import parse_redis_url
 from tests.support.dropproxy import DropProxyProcess
-from tests.support.redis_ha import ClusterNodeServer, RedisCluster, wait_until
+from tests.support.redis_ha import ClusterNodeServer, RedisCluster, SentinelGroup, wait_until
 from tests.support.redis_server import free_port
+from tests.support.tls import TLSCluster, TLSFiles, TLSSentinelGroup
 from tests.support.workers import wait_for
 from tests.test_commands import dead_json, leased, ok, status_json
 from tests.test_ha import (
@@ -252,3 +255,158 @@ def test_start_up_check_never_blocks_a_running_event_loop(redis_server):
     with pytest.raises(LeasedRedisError, match="cannot reach Redis.*LEASED_REDIS_URL"):
         check_reachable(nowhere, timeout=1)
     assert time.monotonic() - t >= 0.5  # it waited (it gives up when the next try is late)
+
+
+# --------------------------------------------------------------------------- pool size
+
+POOL = 5
+CONCURRENT = 40
+HOLD_S = 0.1  # each command holds its connection this long (BLPOP on an empty list)
+
+
+async def _many_at_once(client: Any) -> float:
+    """CONCURRENT commands at once, each holding its connection HOLD_S; the time taken."""
+    t = time.monotonic()
+    got = await asyncio.gather(*[client.blpop([f"{{pool}}:empty:{i}"], timeout=HOLD_S)
+                                 for i in range(CONCURRENT)])
+    assert got == [None] * CONCURRENT
+    return time.monotonic() - t
+
+
+@pytest.fixture
+def one_sentinel():
+    group = SentinelGroup(replicas=0, sentinels=1).start()
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+@pytest.mark.parametrize("kind", ["server", "sentinel", "cluster"])
+def test_commands_past_the_pool_size_wait_for_a_connection(kind, request):
+    """40 commands at once on a client of 5 connections (max_connections=5, as an
+    option and in the URL): none fails (redis-py's asyncio pools raised "Too many
+    connections", and its cluster nodes MaxConnectionsError), they take turns: at least
+    40 / 5 x 0.1 s."""
+    if kind == "server":
+        url = request.getfixturevalue("redis_server").url
+    elif kind == "sentinel":
+        url = request.getfixturevalue("one_sentinel").url
+    else:
+        url = request.getfixturevalue("small_cluster").url
+
+    async def main(url: str, **options: Any) -> float:
+        client = make_client(url, **options)
+        try:
+            return await _many_at_once(client)
+        finally:
+            await client.aclose()
+
+    floor = CONCURRENT / POOL * HOLD_S * 0.9
+    assert asyncio.run(main(url, max_connections=POOL)) >= floor
+    sep = "&" if "?" in url else "?"
+    assert asyncio.run(main(f"{url}{sep}max_connections={POOL}")) >= floor
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+@pytest.fixture
+def tls_files(tmp_path):
+    return TLSFiles.make(tmp_path / "tls")
+
+
+@pytest.fixture
+def tls_sentinel_group(tls_files):
+    group = TLSSentinelGroup(tls_files, replicas=1, sentinels=3).start()
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+@pytest.fixture
+def tls_cluster(tls_files):
+    _cli_or_skip()
+    c = TLSCluster(tls_files, masters=3, replicas=0).start()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _two_worker_crawl(url: str, r: Any, make_site, start_worker, crawl_id: str) -> None:
+    pages = 200
+    site = make_site(pages=pages)
+    together = {**FAST, **start_worker.barrier(2)}
+    ws = [start_worker(url, crawl_id, site.url + "/p/0", name=f"w{i}", settings=together)
+          for i in range(2)]
+    for w in ws:
+        assert_finished(w)
+    assert_every_page_fetched(site, pages)
+    st = read_crawl(r, crawl_id)
+    assert_complete(st, pages)
+    assert st["dead"] == 0, st
+
+
+def test_tls_sentinel_group_crawl(tls_sentinel_group, make_site, start_worker, crawl_id):
+    """A Sentinel group that speaks TLS (sentinels and servers, client certificates
+    required): a rediss+sentinel:// URL with the CA and the client certificate runs a
+    2-worker crawl to 'finished', done == 200, nothing lost. The sentinels name the
+    master's TLS port, and a client without the certificate options is refused."""
+    g = tls_sentinel_group
+    assert g.sentinels[0].master_address() == ("127.0.0.1", g.servers[0].tls_port)
+    r = g.client()
+    _two_worker_crawl(g.url, r, make_site, start_worker, crawl_id)
+    bare = g.url.split("?")[0]
+    with pytest.raises(LeasedRedisError, match="cannot reach Redis"):
+        check_reachable(bare, timeout=0.5)
+
+
+def test_tls_cluster_crawl(tls_cluster, make_site, start_worker, crawl_id):
+    """A Redis Cluster with a TLS bus and TLS clients: a rediss+cluster:// URL runs a
+    2-worker crawl to 'finished', done == 200, nothing lost; the slots map a TLS client
+    gets names the TLS ports only."""
+    c = tls_cluster
+
+    async def slots() -> set[int]:
+        client = make_client(c.url)
+        try:
+            await client.initialize()
+            return {n.port for n in client.get_nodes()}
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(slots()) == {n.tls_port for n in c.nodes}
+    r = c.client()
+    try:
+        _two_worker_crawl(c.url, r, make_site, start_worker, crawl_id)
+    finally:
+        r.close()
+
+
+def test_tls_urls_parse_and_refuse_clearly():
+    """rediss+sentinel:// and rediss+cluster:// carry redis-py's TLS options; a TLS option
+    on a plain scheme, or a bad value, is refused naming the option."""
+    t = parse_redis_url("rediss+sentinel://:pw@s1,s2:26380/m/2?ssl_ca_certs=/etc/ca.crt"
+                        "&ssl_certfile=/c/cl.crt&ssl_keyfile=/c/cl.key&ssl_cert_reqs=Required"
+                        "&max_connections=7&wait_replicas=1")
+    assert (t.kind, t.tls, t.hosts, t.master_name, t.db, t.password, t.wait_replicas) == \
+        ("sentinel", True, (("s1", 26379), ("s2", 26380)), "m", 2, "pw", 1)
+    assert t.options == {"ssl_ca_certs": "/etc/ca.crt", "ssl_certfile": "/c/cl.crt",
+                         "ssl_keyfile": "/c/cl.key", "ssl_cert_reqs": "required",
+                         "max_connections": 7}
+    t = parse_redis_url("rediss+cluster://n1:7000?ssl_check_hostname=false")
+    assert (t.kind, t.tls, t.hosts, t.options) == \
+        ("cluster", True, (("n1", 7000),), {"ssl_check_hostname": False})
+    assert not parse_redis_url("redis+cluster://n1").tls
+    for url, words in [
+        ("redis+cluster://n1?ssl_ca_certs=/ca", ["ssl_ca_certs", "rediss+cluster://"]),
+        ("redis+sentinel://s1/m?ssl_certfile=/c", ["ssl_certfile", "rediss+sentinel://"]),
+        ("rediss+cluster://n1?ssl_cert_reqs=maybe", ["invalid value", "ssl_cert_reqs"]),
+        ("rediss+cluster://n1/3", ["database other than 0"]),
+    ]:
+        with pytest.raises(LeasedConfigError) as exc:
+            check_redis_url(url)
+        for word in ["LEASED_REDIS_URL", *words]:
+            assert word in str(exc.value), (word, str(exc.value))
