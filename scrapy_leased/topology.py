@@ -633,9 +633,9 @@ class LeasedRedisCluster(AsyncRedisCluster):
             ask_host, ask_port = _ask_targets[node_name]
             node = _AskingNode(ask_host, ask_port, PRIMARY, **manager.connection_kwargs)
             manager.set_nodes(manager.nodes_cache, {node.name: node})
-            logger.debug("Redis Cluster: ASK to %(node)s, a node not in the slots map "
-                         "(a master without slots yet): added to the node cache",
-                         {"node": node.name})
+            logger.info("Redis Cluster: ASK to %(node)s, a node not in the slots map "
+                        "(a master without slots yet): added to the node cache",
+                        {"node": node.name})
         return node
 
     def _adopt_nodes(self) -> None:

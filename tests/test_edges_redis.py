@@ -180,6 +180,11 @@ def test_crawl_resharded_onto_a_new_master_loses_nothing(small_cluster, make_sit
     assert_complete(st, pages)
     assert st["dead"] == 0, st
     assert moved > 50 and done_after < pages, (moved, done_after)
+    logs = "\n".join(w.log_text() for w in ws)
+    asked = logs.count(f"ASK to 127.0.0.1:{new.port}, a node not in the slots map")
+    epochs = logs.count("went back in time")
+    print(f"workers that met ASK to the new master: {asked}; epoch warnings: {epochs}")
+    assert asked >= 1, "no worker met an ASK to the new master"
 
 
 # --------------------------------------------------------------------------- reads retried
