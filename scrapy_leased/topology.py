@@ -556,7 +556,9 @@ class LeasedRedisCluster(AsyncRedisCluster):
     not all present on one) is refused with TRYAGAIN, and redis-py gives up after 16
     redirections; such a command did not run, so it is sent again with backoff for up
     to MIGRATION_RETRY_SECONDS. Its nodes send ASK redirections correctly
-    (``_AskingNode``); MOVED and failovers are redis-py's own handling."""
+    (``_AskingNode``), also to a node not in its cache yet (``get_node``); MOVED and
+    failovers are redis-py's own handling. Past ``max_connections`` commands at a time,
+    the next ones wait (``free_connections``) instead of failing."""
 
     #: commands refused by a slot migration and sent again (for logs and tests)
     migration_retries = 0

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from .proxy import LossyProxy, ProxyProcess
 
@@ -104,9 +103,6 @@ class DropProxyProcess(ProxyProcess):
             raise RuntimeError("the proxy did not start")
         self.port = int(json.loads(line)["port"])
         return self
-
-    def status(self) -> dict[str, Any]:
-        return super().status()
 
 
 if __name__ == "__main__":
