@@ -37,7 +37,8 @@ SEEN_CACHE = 100_000
 RECOVER_BATCH = 500
 LOGSTATS_INTERVAL_SECONDS = 60.0  # the fleet log line's period (0: off)
 EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (embedded.embedded_data_dir)
-REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster",
+                 "rediss+sentinel", "rediss+cluster")
 CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")  # it becomes the keys' {hash tag}
 
 

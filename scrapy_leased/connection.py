@@ -21,7 +21,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .topology import build_client, redact
+from .topology import build_client, parse_redis_url, redact
 
 __all__ = ["LeasedRedisError", "check_reachable", "connect", "make_client", "redact"]
 
@@ -41,7 +41,18 @@ def check_reachable(url: str, setting: str = "LEASED_REDIS_URL",
                     timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
     """Synchronously, at start-up only (the add-on, before the engine exists, so that a
     Redis that cannot be used stops the worker with one clear error): wait up to
-    ``timeout`` seconds for Redis to answer, then check it like ``connect``."""
+    ``timeout`` seconds for Redis to answer, then check it like ``connect``.
+
+    Called on a running event loop (a crawl started by an ``AsyncCrawlerRunner`` of a
+    running application applies its add-ons there), it only checks that ``url`` can
+    name a client: waiting for Redis would block the loop, so the check is left to
+    ``connect``, which the scheduler awaits when the spider opens."""
+    if _loop_running():
+        try:
+            parse_redis_url(url)  # no I/O (a sync cluster client connects when built)
+        except ValueError as exc:
+            raise LeasedRedisError(_unusable(url, setting, exc)) from None
+        return
     try:
         client = make_client(url, sync=True, socket_connect_timeout=5, socket_timeout=5)
     except Exception as exc:
@@ -66,6 +77,14 @@ def check_reachable(url: str, setting: str = "LEASED_REDIS_URL",
     finally:
         client.close()
     check_server(info, memory, url, setting)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _unreachable(url: str, setting: str, timeout: float, exc: BaseException) -> str:

@@ -10,6 +10,7 @@ URL formats (README, "Sentinel and Cluster")::
     redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master_name[/db]
         [?sentinel_password=...&sentinel_username=...]
     redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0]
+    rediss+sentinel://..., rediss+cluster://...  (TLS)
 
 The Sentinel form is the one of redis-sentinel-url, Prefect and RedisVL: the hosts are
 the sentinels (port 26379 unless given), the path names the master and the database,
@@ -17,14 +18,21 @@ the user and password are those of the Redis servers, ``sentinel_password`` (and
 ``sentinel_username``) those of the sentinels. The Cluster form lists startup nodes
 (port 6379 unless given); redis-py finds the others. Both also take the query options
 ``socket_timeout``, ``socket_connect_timeout``, ``socket_keepalive`` and
-``health_check_interval``. Every form but the Cluster one takes ``wait_replicas=N``
-(scripts.py: WAIT N after the writes a worker acts on). No TLS to Sentinel or Cluster
-nodes yet.
+``health_check_interval`` and ``max_connections`` (the pool's size: past it a command
+waits for a connection, POOL_WAIT_SECONDS at most). Every form but the Cluster one takes
+``wait_replicas=N`` (scripts.py: WAIT N after the writes a worker acts on).
+
+TLS: ``rediss+sentinel://`` and ``rediss+cluster://`` (to the sentinels and the
+servers, to every cluster node), with redis-py's options of ``rediss://``:
+``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
+``ssl_check_hostname``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import re
 import time
@@ -38,11 +46,21 @@ import redis.asyncio as aioredis
 import redis.cluster
 import redis.sentinel
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.connection import BlockingConnectionPool
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.backoff import NoBackoff
-from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError, TryAgainError
+from redis.cluster import PRIMARY
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry as SyncRetry
@@ -53,7 +71,11 @@ logger = logging.getLogger(__name__)
 SERVER_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = "redis+cluster"
-SCHEMES = SERVER_SCHEMES + (SENTINEL_SCHEME, CLUSTER_SCHEME)
+#: the same over TLS (to the sentinels and the servers, to every cluster node)
+TLS_SENTINEL_SCHEME = "rediss+sentinel"
+TLS_CLUSTER_SCHEME = "rediss+cluster"
+SCHEMES = SERVER_SCHEMES + (SENTINEL_SCHEME, CLUSTER_SCHEME, TLS_SENTINEL_SCHEME,
+                            TLS_CLUSTER_SCHEME)
 SENTINEL_PORT = 26379
 CLUSTER_PORT = 6379
 
@@ -70,7 +92,16 @@ _OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": float,
     "socket_keepalive": lambda v: _BOOL[v.lower()],
     "health_check_interval": int,
+    "max_connections": int,
+    # TLS (rediss+sentinel://, rediss+cluster://): redis-py's names, as rediss:// takes
+    "ssl_ca_certs": str,
+    "ssl_certfile": str,
+    "ssl_keyfile": str,
+    "ssl_cert_reqs": lambda v: {"none": "none", "optional": "optional",
+                                "required": "required"}[v.lower()],
+    "ssl_check_hostname": lambda v: _BOOL[v.lower()],
 }
+_TLS_OPTIONS = tuple(name for name in _OPTIONS if name.startswith("ssl_"))
 _SENTINEL_OPTIONS = ("sentinel_password", "sentinel_username")
 _SECRET_QUERY = re.compile(r"((?:^|[?&])(?:sentinel_)?password=)[^&]*")
 
@@ -95,6 +126,7 @@ class RedisTarget:
     options: dict[str, Any] = field(default_factory=dict)
     #: WAIT for this many replicas after the writes a worker acts on (scripts.WAITED)
     wait_replicas: int = 0
+    tls: bool = False  # rediss+sentinel://, rediss+cluster:// (rediss:// is redis-py's)
 
 
 def redact(url: str) -> str:
@@ -115,17 +147,19 @@ def parse_redis_url(url: str) -> RedisTarget:
     scheme = urlsplit(url).scheme.lower() if "://" in url else ""
     if scheme not in SCHEMES:
         raise RedisUrlError("must be a redis://, rediss:// (TLS), unix://, redis+sentinel:// "
-                            "or redis+cluster:// URL")
+                            "or redis+cluster:// URL (rediss+sentinel://, rediss+cluster:// "
+                            "for TLS)")
     url, wait = _pop_wait_replicas(url)
     if scheme in SERVER_SCHEMES:
         return RedisTarget("server", url, wait_replicas=wait)
+    tls = scheme in (TLS_SENTINEL_SCHEME, TLS_CLUSTER_SCHEME)
+    if tls:
+        scheme = scheme.replace("rediss+", "redis+")
     if scheme == CLUSTER_SCHEME and wait:
         raise RedisUrlError("has wait_replicas, which redis+cluster:// URLs do not support")
     rest = url.split("://", 1)[1]
-    netloc, _, tail = rest.partition("/")
-    path, _, query = tail.partition("?")
-    if "?" in netloc:  # no path: redis+cluster://h:p?x=1
-        netloc, _, query = netloc.partition("?")
+    rest, _, query = rest.partition("?")  # (its values may hold "/": certificate paths)
+    netloc, _, path = rest.partition("/")
     username = password = None
     if "@" in netloc:
         userinfo, _, netloc = netloc.rpartition("@")
@@ -135,6 +169,10 @@ def parse_redis_url(url: str) -> RedisTarget:
     default_port = SENTINEL_PORT if scheme == SENTINEL_SCHEME else CLUSTER_PORT
     hosts = tuple(_host_port(part, default_port) for part in netloc.split(","))
     options, extra = _query_options(query, sentinel=scheme == SENTINEL_SCHEME)
+    ssl = [name for name in options if name in _TLS_OPTIONS]
+    if ssl and not tls:
+        raise RedisUrlError(f"has {ssl[0]}, a TLS option: use rediss+"
+                            f"{scheme.partition('+')[2]}:// for TLS")
     segments = [unquote(s) for s in path.split("/") if s]
     if scheme == SENTINEL_SCHEME:
         if not segments:
@@ -146,11 +184,12 @@ def parse_redis_url(url: str) -> RedisTarget:
         db = _db(segments[1]) if len(segments) == 2 else 0
         return RedisTarget("sentinel", url, hosts, segments[0], db, username, password,
                            extra.get("sentinel_username"), extra.get("sentinel_password"),
-                           options, wait)
+                           options, wait, tls)
     if segments and (len(segments) > 1 or _db(segments[0]) != 0):
         raise RedisUrlError("names a database other than 0: Redis Cluster has only "
                             "database 0 (redis+cluster://host:port[,host:port...])")
-    return RedisTarget("cluster", url, hosts, None, 0, username, password, options=options)
+    return RedisTarget("cluster", url, hosts, None, 0, username, password, options=options,
+                       tls=tls)
 
 
 def _pop_wait_replicas(url: str) -> tuple[str, int]:
@@ -224,23 +263,44 @@ def build_client(url: str, options: dict[str, Any], sync: bool = False) -> Any:
     return client
 
 
+#: Connections of one client to one server (redis-py's default). Past it, a command
+#: waits for a connection to come free instead of failing ("Too many connections",
+#: redis-py's asyncio pools): up to POOL_WAIT_SECONDS, then a ConnectionError (retried).
+POOL_SIZE = 100
+POOL_WAIT_SECONDS = 30.0
+
+
 def _build(target: RedisTarget, options: dict[str, Any], sync: bool) -> Any:
     if target.kind == "server":
-        return (redis.Redis if sync else aioredis.Redis).from_url(target.url, **options)
+        if sync:
+            return redis.Redis.from_url(target.url, **options)
+        pool = BlockingConnectionPool.from_url(
+            target.url, **{"max_connections": POOL_SIZE, "timeout": POOL_WAIT_SECONDS,
+                           **options})
+        return aioredis.Redis.from_pool(pool)
     options = {**options, **target.options}
+    if target.tls:
+        options["ssl"] = True
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "sentinel":
         # Each sentinel is asked once per discovery (the next one is asked on failure;
-        # the master's connection retries the discovery as a whole).
-        sentinel_kwargs = {k: v for k, v in options.items() if k.startswith("socket_")}
+        # the master's connection retries the discovery as a whole). TLS: the same
+        # certificates for the sentinels as for the servers.
+        sentinel_kwargs = {k: v for k, v in options.items()
+                           if k.startswith(("socket_", "ssl"))}
         sentinel_kwargs.update(username=target.sentinel_username,
                                password=target.sentinel_password,
                                retry=(SyncRetry if sync else Retry)(NoBackoff(), 0))
         sentinel_cls = SentinelGroup if sync else AsyncSentinelGroup
         sentinel: Any = sentinel_cls(list(target.hosts), sentinel_kwargs=sentinel_kwargs)
-        return sentinel.master_for(target.master_name,
-                                   redis_class=SentinelMaster if sync else AsyncSentinelMaster,
-                                   db=target.db, **auth, **options)
+        if sync:
+            return sentinel.master_for(target.master_name, redis_class=SentinelMaster,
+                                       db=target.db, **auth, **options)
+        return sentinel.master_for(target.master_name, redis_class=AsyncSentinelMaster,
+                                   connection_pool_class=BlockingSentinelPool,
+                                   db=target.db, **auth,
+                                   **{"max_connections": POOL_SIZE,
+                                      "timeout": POOL_WAIT_SECONDS, **options})
     if sync:
         from redis.cluster import ClusterNode, RedisCluster
 
@@ -386,6 +446,12 @@ class SentinelGroup(redis.sentinel.Sentinel):
         return step.result()
 
 
+class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """redis-py's Sentinel pool (the master's address from the sentinels), whose
+    commands wait for a free connection past ``max_connections`` (BlockingConnectionPool)
+    instead of failing."""
+
+
 class AsyncSentinelMaster(aioredis.Redis):
     """The master a Sentinel group names, followed through failovers (redis-py's
     SentinelConnectionPool asks the sentinels again whenever a connection to the master
@@ -448,6 +514,13 @@ class _AskingNode(AsyncClusterNode):
     __slots__ = ()
 
     async def execute_command(self, *args: Any, asking: bool = False, **kwargs: Any) -> Any:
+        try:
+            return await self._execute(*args, asking=asking, **kwargs)
+        except AskError as exc:
+            _ask_targets[f"{exc.host}:{exc.port}"] = (exc.host, int(exc.port))
+            raise
+
+    async def _execute(self, *args: Any, asking: bool = False, **kwargs: Any) -> Any:
         global _asking_next
         if args == ("ASKING",):
             _asking_next = self
@@ -470,17 +543,48 @@ class _AskingNode(AsyncClusterNode):
             self.release(connection)
 
 
+#: The nodes (name -> host, port) that answered an ASK redirection: cluster nodes, but
+#: maybe not in a client's node cache yet (a master that owns no slot, such as one just
+#: added to receive a slot being resharded, is not in CLUSTER SLOTS), where redis-py
+#: looks the ASK target up (``get_node``) and would send ASKING to None.
+_ask_targets: dict[str, tuple[str, int]] = {}
+
+
 class LeasedRedisCluster(AsyncRedisCluster):
     """redis-py's asyncio cluster client, which also waits out a migration of the slot:
     while a slot migrates, a script whose keys are split between the two nodes (or
     not all present on one) is refused with TRYAGAIN, and redis-py gives up after 16
     redirections; such a command did not run, so it is sent again with backoff for up
     to MIGRATION_RETRY_SECONDS. Its nodes send ASK redirections correctly
-    (``_AskingNode``); MOVED and failovers are redis-py's own handling."""
+    (``_AskingNode``), also to a node not in its cache yet (``get_node``); MOVED and
+    failovers are redis-py's own handling. Past ``max_connections`` commands at a time,
+    the next ones wait (``free_connections``) instead of failing."""
 
     #: commands refused by a slot migration and sent again (for logs and tests)
     migration_retries = 0
     _migrating_since: float | None = None
+    _pool_size = POOL_SIZE
+    _free: asyncio.Semaphore | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pool_size = int(kwargs.get("max_connections") or POOL_SIZE)
+
+    @property
+    def free_connections(self) -> asyncio.Semaphore:
+        """At most ``max_connections`` commands and pipelines of this client run at a
+        time; the others wait here. Each holds at most one connection of a node at a
+        time, so no node's pool runs out (redis-py's ClusterNode raises
+        MaxConnectionsError past it: it has no waiting pool)."""
+        if self._free is None:
+            self._free = asyncio.Semaphore(self._pool_size)
+        return self._free
+
+    def pipeline(self, transaction: Any | None = None,
+                 shard_hint: Any | None = None) -> AsyncClusterPipeline:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)  # redis-py's error
+        return _WaitingPipeline(self, transaction)  # type: ignore[abstract]
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         started: float | None = None
@@ -488,7 +592,8 @@ class LeasedRedisCluster(AsyncRedisCluster):
         while True:
             self._adopt_nodes()
             try:
-                result = await super().execute_command(*args, **kwargs)
+                async with _permit(self):
+                    result = await super().execute_command(*args, **kwargs)
             except RedisClusterException as exc:
                 if _unavailable(exc):
                     raise RedisConnectionError(f"Redis Cluster unavailable: {exc}") from exc
@@ -519,9 +624,55 @@ class LeasedRedisCluster(AsyncRedisCluster):
                 self._migrating_since = None
             return result
 
+    def get_node(self, host: str | None = None, port: int | None = None,
+                 node_name: str | None = None) -> AsyncClusterNode | None:
+        """redis-py's lookup, which also knows the target of an ASK redirection not in
+        the node cache yet (``_ask_targets``): it is added as a primary, as redis-py
+        adds the target of a MOVED redirection (the slot's owner after the migration)."""
+        node: AsyncClusterNode | None = super().get_node(host, port, node_name)
+        if node is None and node_name is not None and node_name in _ask_targets:
+            manager = self.nodes_manager
+            ask_host, ask_port = _ask_targets[node_name]
+            node = _AskingNode(ask_host, ask_port, PRIMARY, **manager.connection_kwargs)
+            manager.set_nodes(manager.nodes_cache, {node.name: node})
+            logger.info("Redis Cluster: ASK to %(node)s, a node not in the slots map "
+                        "(a master without slots yet): added to the node cache",
+                        {"node": node.name})
+        return node
+
     def _adopt_nodes(self) -> None:
         """Make every known node an ``_AskingNode`` (redis-py creates plain ones when it
         learns the topology; the classes share their layout)."""
         for node in self.nodes_manager.nodes_cache.values():
             if type(node) is AsyncClusterNode:
                 node.__class__ = _AskingNode
+
+
+#: Whether this task holds a permit of ``free_connections`` already: a pipeline that
+#: sends its redirected commands again through execute_command does not wait for a
+#: second one (with every permit held so, that would never end).
+_holds_permit: contextvars.ContextVar[bool] = contextvars.ContextVar("_holds_permit",
+                                                                     default=False)
+
+
+@contextlib.asynccontextmanager
+async def _permit(client: Any) -> AsyncIterator[None]:
+    if _holds_permit.get():
+        yield
+        return
+    async with client.free_connections:
+        token = _holds_permit.set(True)
+        try:
+            yield
+        finally:
+            _holds_permit.reset(token)
+
+
+class _WaitingPipeline(AsyncClusterPipeline):
+    """A cluster pipeline that waits for ``LeasedRedisCluster.free_connections``."""
+
+    async def execute(self, raise_on_error: bool = True,
+                      allow_redirections: bool = True) -> list[Any]:
+        async with _permit(self.cluster_client):
+            result: list[Any] = await super().execute(raise_on_error, allow_redirections)
+        return result

@@ -164,7 +164,7 @@ def _settings(**kw: Any):
     ("LEASED_REDIS_URL", "redis+cluster://n1?ssl=true", ["unknown option 'ssl'"]),
     ("LEASED_REDIS_URL", "redis+cluster://n1?socket_timeout=soon", ["invalid value",
                                                                      "socket_timeout"]),
-    ("LEASED_REDIS_URL", "rediss+sentinel://s1/m", ["redis+sentinel://", "redis+cluster://"]),
+    ("LEASED_REDIS_URL", "redis+sentinels://s1/m", ["redis+sentinel://", "redis+cluster://"]),
     ("LEASED_REDIS_URL", "redis://h/0?wait_replicas=all", ["wait_replicas='all'"]),
     ("LEASED_REDIS_URL", "redis+cluster://n1?wait_replicas=1", ["wait_replicas",
                                                                "redis+cluster:// URLs do not"]),

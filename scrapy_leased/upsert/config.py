@@ -92,8 +92,8 @@ def _url(settings: BaseSettings) -> str | None:
         return check_redis_url(url, "LEASED_UPSERT_URL")
     raise LeasedConfigError(
         f"LEASED_UPSERT_URL ({redact(url)!r}) must be a redis://, rediss://, unix://, "
-        "redis+sentinel://, redis+cluster://, sqlite:/// or postgresql:// URL (or unset: "
-        "the crawl's Redis)."
+        "redis+sentinel://, redis+cluster:// (rediss+...: TLS), sqlite:/// or postgresql:// "
+        "URL (or unset: the crawl's Redis)."
     )
 
 
