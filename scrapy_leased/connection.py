@@ -27,6 +27,20 @@ __all__ = ["LeasedRedisError", "check_reachable", "connect", "make_client", "red
 
 logger = logging.getLogger(__name__)
 
+
+class _QuietMaintenanceNotifications(logging.Filter):
+    """redis-py logs "Failed to enable maintenance notifications" at DEBUG on every new
+    connection to a server without them (any Redis before 8.2, Valkey): about 20 lines
+    per crawl under Scrapy's default LOG_LEVEL (DEBUG), saying nothing a user can act
+    on. Only that message is dropped; the rest of redis-py's logging is untouched."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to enable maintenance notifications")
+
+
+for _name in ("redis.connection", "redis.asyncio.connection"):
+    logging.getLogger(_name).addFilter(_QuietMaintenanceNotifications())
+
 #: Redis is not there yet, or still loading its data (BusyLoadingError is one of these).
 _NOT_YET = (RedisConnectionError, RedisTimeoutError, OSError)
 CONNECT_RETRY_CAP_SECONDS = 1.0

@@ -55,3 +55,37 @@ def test_usage_lines_name_every_option_of_a_subcommand() -> None:
     usage = text[:text.index("Watch and run")]
     missing = [opt for opt in SUBCOMMAND_OPTIONS if opt not in usage]
     assert not missing, missing
+
+
+def test_no_maintenance_notification_flood_at_debug(redis_server) -> None:
+    """#25 item 8: redis-py's DEBUG line on each connection to a Redis without
+    maintenance notifications (Redis 7 here) is not in a worker's log; other redis-py
+    DEBUG lines still are."""
+    import asyncio
+    import logging
+
+    from scrapy_leased.connection import make_client
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep(level=logging.DEBUG)
+    root = logging.getLogger()
+    old = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        async def use() -> None:
+            client = make_client(redis_server.url)
+            try:
+                await asyncio.gather(*(client.blpop(["nothing"], 0.05) for _ in range(5)))
+            finally:
+                await client.aclose()
+        asyncio.run(use())
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old)
+    assert not [m for m in seen if "maintenance notifications" in m], seen
