@@ -12,6 +12,8 @@ frame, on the main thread's stack, where it runs for the whole command."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
 import threading
 from types import FrameType
@@ -43,3 +45,21 @@ def runs_plain() -> str | None:
     """The command's name when it is one of PLAIN_COMMANDS, else None."""
     name = scrapy_command()
     return name if name in PLAIN_COMMANDS else None
+
+
+def exit_if_command_line(exc: BaseException) -> None:
+    """Under Scrapy's command line (``scrapy crawl``): log ``exc``, an error that names the
+    setting or the Redis at fault, as one CRITICAL line and end the process with exit
+    status 1, instead of Scrapy's "Task exception was never retrieved" and a traceback
+    (#25 item 8). Anywhere else (a CrawlerProcess or CrawlerRunner in an application)
+    it returns, and the caller raises ``exc`` for the application to handle."""
+    if scrapy_command() is None:
+        return
+    logging.getLogger("scrapy_leased").critical("%(error)s", {"error": exc})
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop running
+        task = None
+    if task is not None:  # the exit is this task's outcome, not an exception to log
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    raise SystemExit(1)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ._command import runs_plain
+from ._command import exit_if_command_line, runs_plain
 from .config import LeasedConfig, LeasedConfigError
-from .connection import check_reachable
+from .connection import LeasedRedisError, check_reachable
 from .dupefilter import LeasedDupeFilter
 from .logstats import LeasedLogStats
 from .middleware import LeasedFailureMiddleware
@@ -72,12 +72,16 @@ class Addon:
             logger.info("scrapy_leased: off for `scrapy %s` (it runs as plain Scrapy and "
                         "writes nothing to Redis)", command)
             return
-        check_reactor(settings)
-        config = LeasedConfig.from_settings(settings)  # every LEASED_* setting, or one error
-        if config.redis_url is not None:
-            # one clear error, before the engine exists; a Redis that does not answer yet
-            # (restarting, failing over) is waited for, up to LEASED_CONNECT_TIMEOUT
-            check_reachable(config.redis_url, timeout=config.connect_timeout)
+        try:
+            check_reactor(settings)
+            config = LeasedConfig.from_settings(settings)  # every LEASED_* setting, or one error
+            if config.redis_url is not None:
+                # one clear error, before the engine exists; a Redis that does not answer yet
+                # (restarting, failing over) is waited for, up to LEASED_CONNECT_TIMEOUT
+                check_reachable(config.redis_url, timeout=config.connect_timeout)
+        except (LeasedConfigError, LeasedRedisError) as exc:
+            exit_if_command_line(exc)  # scrapy crawl: one line, exit status 1
+            raise
         settings.set("SCHEDULER", LeasedScheduler, "addon")
         settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")
         settings.setdefault_in_component_priority_dict(

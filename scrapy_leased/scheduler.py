@@ -47,6 +47,7 @@ from . import signals as leased_signals
 from ._cancel import cancel_and_wait
 from ._claimbook import Claim, ClaimBook
 from ._claimsize import ClaimSizer
+from ._command import exit_if_command_line
 from ._compat import asyncio_loop_in_use
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from ._supervise import BUG_REASON, close_crawl, supervise
@@ -203,6 +204,7 @@ class LeasedScheduler(BaseScheduler):
         try:
             client, url = await connect_crawl(self.config)
         except LeasedRedisError as exc:
+            exit_if_command_line(exc)
             logger.error("%(error)s", {"error": exc})
             raise
         keys = CrawlKeys(self.config.crawl_id or spider.name)
