@@ -243,9 +243,11 @@ class LeasedScheduler(BaseScheduler):
         if state is not None and state in (STOPPING, STOPPING.encode()):
             # the fleet is stopping: this worker neither seeds nor claims; it closes with
             # the fleet's reason until `scrapy leased resume`
-            logger.info("Crawl %(crawl)s is stopping (scrapy leased stop, or a "
-                        "LEASED_CLOSE_* limit): this worker closes at once (`scrapy leased "
-                        "resume` lets workers crawl again)", {"crawl": keys.crawl_id})
+            # a WARNING: a worker started then crawls nothing and exits 0 (#25 item 8)
+            logger.warning("Crawl %(crawl)s is stopping (scrapy leased stop, or a "
+                           "LEASED_CLOSE_* limit): this worker closes at once without "
+                           "crawling (`scrapy leased resume %(crawl)s` lets workers crawl "
+                           "again)", {"crawl": keys.crawl_id})
             self._on_control(STOPPING)
         else:
             if not self._joined:

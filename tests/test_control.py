@@ -147,6 +147,7 @@ def test_stop_closes_every_worker_and_a_restart_continues(redis_server, make_sit
                         settings=SLOW)
     assert_exit(late, "leased_stopped", timeout=60)
     assert "start() not run" in late.log_text()
+    assert "WARNING: Crawl " + crawl_id + " is stopping" in late.log_text()  # not only INFO
     assert site.count_by_path() == first  # it fetched nothing
     assert crawl_state(r, crawl_id)["queue"] == st["queue"]
 
