@@ -75,6 +75,16 @@
 -- other claims of a call, it goes back to the head of its tier and its lane is served
 -- first by the next call (its time becomes 0), so it cannot starve behind other lanes.
 -- A queue member that is not valid UTF-8 is dead-lettered (invalid bytes shown as '?').
+-- The feed's count first (the call changes neither key): a feed key of the wrong type
+-- (a producer's XADD or SET) fails the call here, before any write, naming the key
+-- (lib_keys.lua), instead of at the end, after the leases were written.
+local feed = redis.pcall('LLEN', KEYS[13])
+local feed_taken = type(feed) == 'number' and redis.pcall('HLEN', KEYS[14])
+if type(feed_taken) ~= 'number' then
+  return key_types_error({KEYS[13], 'list', FEED_WHAT, KEYS[14], 'hash', FEED_TAKEN_WHAT})
+    or redis.error_reply('claim: cannot read the feed')
+end
+feed = feed + feed_taken
 local g = guard_open()
 local replayed = guard_replayed(g)
 if replayed then return replayed end
@@ -319,7 +329,7 @@ for _, l in ipairs(all_active) do
   end
 end
 local out = {now, todo, redis.call('ZCARD', KEYS[2]),
-  next_ms, state, redis.call('LLEN', KEYS[13]) + redis.call('HLEN', KEYS[14]), stale, #ready}
+  next_ms, state, feed, stale, #ready}
 for _, lane in ipairs(ready) do out[#out + 1] = lane end
 out[#out + 1] = #free
 for _, lane in ipairs(free) do out[#out + 1] = lane end
