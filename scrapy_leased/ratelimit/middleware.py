@@ -85,14 +85,14 @@ def block_ms_for(value: bytes | None, default_ms: int) -> int:
 
 def crawl_delay_ms(delay: Any) -> int | None:
     """A robots.txt Crawl-delay (seconds, as Protego reads it) in ms, at most
-    MAX_RETRY_AFTER_S; None when it is not a positive number (nan, 0, garbage)."""
+    MAX_RETRY_AFTER_S; None when it is not a positive number of ms (nan, 0, garbage)."""
     try:
         seconds = float(delay)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     if math.isnan(seconds) or seconds <= 0:
         return None
-    return int(min(seconds, MAX_RETRY_AFTER_S) * 1000)
+    return int(min(seconds, MAX_RETRY_AFTER_S) * 1000) or None  # below 1 ms: none
 
 
 class LeasedRateMiddleware:
