@@ -77,7 +77,7 @@ logger = logging.getLogger(__name__)
 
 #: The error a script returns, before any write, when a key it was given holds another
 #: type than it needs (lua/lib_keys.lua): a producer wrote the feed key with XADD or SET.
-WRONG_TYPE_PREFIX = "LEASED_WRONGTYPE "
+WRONG_TYPE_PREFIX = "KEYTYPE "
 
 
 class WrongKeyType(ResponseError):

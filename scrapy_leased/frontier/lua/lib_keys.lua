@@ -8,13 +8,13 @@
 -- call would apply them again. The error names the key and its type; the worker
 -- surfaces it (frontier/scripts.py WrongKeyType) and changes nothing until it is fixed.
 
--- The error reply 'LEASED_WRONGTYPE <key> is a <type>, not a <want> (<what>)', or nil
+-- The error reply 'KEYTYPE <key> is a <type>, not a <want> (<what>)', or nil
 -- when the key does not exist or holds a `want` (a TYPE name: list, hash, zset, ...).
 local function key_type_error(key, want, what)
   local t = redis.call('TYPE', key)
   if type(t) == 'table' then t = t.ok end
   if t == 'none' or t == want then return nil end
-  return redis.error_reply('LEASED_WRONGTYPE ' .. key .. ' is a ' .. t .. ', not a ' ..
+  return redis.error_reply('KEYTYPE ' .. key .. ' is a ' .. t .. ', not a ' ..
     want .. ' (' .. what .. ')')
 end
 
