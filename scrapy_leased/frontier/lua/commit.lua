@@ -48,7 +48,7 @@
 -- arithmetic on a nil would stop the script half-way, after the requests were queued).
 for i = 1, 8 do
   if not tonumber(ARGV[i]) then
-    return redis.error_reply('commit: ARGV[' .. i .. '] must be a number, not ' .. ARGV[i])
+    return redis.error_reply('commit: ARGV[' .. i .. '] must be a number, not ' .. tostring(ARGV[i]))
   end
 end
 local ttl, gen = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -61,11 +61,17 @@ local fail_at = 9 + enqueue_args_len(9, n_enq) + 3 * n_ack
 for a = fail_at - 3 * n_ack, fail_at - 1, 3 do
   if not tonumber(ARGV[a + 1]) then
     return redis.error_reply('commit: the rid of claim ' .. ARGV[a] .. ' must be a number, not '
-      .. ARGV[a + 1])
+      .. tostring(ARGV[a + 1]))
   end
 end
+local index_error = queue_index_error('commit', fail_at + 3, fail_at + 7 * n_fail - 1, 7)
+if index_error then return index_error end
 for i = 0, n_fail - 1 do
   local a = fail_at + 7 * i
+  if not tonumber(ARGV[a + 6]) then
+    return redis.error_reply('commit: the priority of claim ' .. ARGV[a] .. ' must be a '
+      .. 'number, not ' .. tostring(ARGV[a + 6]))
+  end
   local env = redis.call('HGET', KEYS[5], ARGV[a])
   if env then
     local rid, _, _, priority, lane = parse_envelope(env)
