@@ -38,6 +38,7 @@ from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
 from scrapy_leased.connection import make_client
+from scrapy_leased.frontier import Budget
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.run import RunMarker
 from scrapy_leased.observe.flush import StatsFlusher, decode_fleet_stats
@@ -118,6 +119,32 @@ def test_claim_refuses_a_feed_key_of_the_wrong_type_before_any_write(redis_serve
         result = await f.claim(4, "w1")
         assert len(result.claims) == 4
         assert r.zcard(keys.leases) == 4 and int(r.get(keys.todo)) == 2
+
+    run(redis_server, crawl_id, body)
+
+
+def test_claim_refuses_non_numeric_arguments_before_any_write(redis_server, crawl_id):
+    """A lease length of nan (or a lane budget of nan) reached claim.lua's ZADD of the
+    leases only after it had popped the requests: the pops stayed and the requests were
+    lost. Now the claim's numbers are checked first and nothing is written."""
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        await f.enqueue([url_request(f"http://example.com/{i}") for i in range(3)])
+        before = crawl_keys_state(r, keys)
+        f.lease_ms = float("nan")
+        with pytest.raises(redis.exceptions.ResponseError) as info:
+            await f.claim(2, "w1")
+        f._pending_claim = None
+        assert crawl_keys_state(r, keys) == before
+        assert "must be a finite number" in str(info.value)
+        f.lease_ms = 60_000
+        with pytest.raises(redis.exceptions.ResponseError) as info:
+            await f.claim(2, "w1", lanes=[("", Budget(interval_ms=float("nan")))])
+        f._pending_claim = None
+        assert crawl_keys_state(r, keys) == before
+        assert "budget of lane" in str(info.value)
+        assert len((await f.claim(2, "w1")).claims) == 2
 
     run(redis_server, crawl_id, body)
 

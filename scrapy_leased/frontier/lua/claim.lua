@@ -85,6 +85,25 @@ if type(feed_taken) ~= 'number' then
     or redis.error_reply('claim: cannot read the feed')
 end
 feed = feed + feed_taken
+-- The numbers later steps compute with, checked before any write too: a nil or a nan
+-- there (the worker sends ints) would stop the script after its leases were written.
+local function bad_number(i)
+  local v = tonumber(ARGV[i])
+  return not v or v ~= v or v == math.huge or v == -math.huge
+end
+for i = 1, 10 do
+  if i ~= 3 and bad_number(i) then
+    return redis.error_reply('claim: ARGV[' .. i .. '] must be a finite number, not ' ..
+      tostring(ARGV[i]))
+  end
+end
+for i = 1, tonumber(ARGV[4]) do
+  if bad_number(9 + 4 * i) or bad_number(10 + 4 * i) then
+    return redis.error_reply('claim: the budget of lane ' .. tostring(ARGV[8 + 4 * i]) ..
+      ' must be finite numbers, not ' .. tostring(ARGV[9 + 4 * i]) .. ', ' ..
+      tostring(ARGV[10 + 4 * i]))
+  end
+end
 local g = guard_open()
 local replayed = guard_replayed(g)
 if replayed then return replayed end
