@@ -85,24 +85,14 @@ if type(feed_taken) ~= 'number' then
     or redis.error_reply('claim: cannot read the feed')
 end
 feed = feed + feed_taken
--- The numbers later steps compute with, checked before any write too: a nil or a nan
--- there (the worker sends ints) would stop the script after its leases were written.
-local function bad_number(i)
-  local v = tonumber(ARGV[i])
-  return not v or v ~= v or v == math.huge or v == -math.huge
-end
-for i = 1, 10 do
-  if i ~= 3 and bad_number(i) then
-    return redis.error_reply('claim: ARGV[' .. i .. '] must be a finite number, not ' ..
-      tostring(ARGV[i]))
-  end
-end
-for i = 1, tonumber(ARGV[4]) do
-  if bad_number(9 + 4 * i) or bad_number(10 + 4 * i) then
-    return redis.error_reply('claim: the budget of lane ' .. tostring(ARGV[8 + 4 * i]) ..
-      ' must be finite numbers, not ' .. tostring(ARGV[9 + 4 * i]) .. ', ' ..
-      tostring(ARGV[10 + 4 * i]))
-  end
+-- The two numbers used after the pops (the leases' deadline, how many ready lanes to
+-- report), checked before any write too: a nan or a non-number there (the worker sends
+-- ints) would stop the script after its leases were written. (x - x ~= 0: nan or inf.)
+-- Any other argument that is not a number fails or claims nothing before the pops.
+local lease_ms, n_ready = tonumber(ARGV[2]), tonumber(ARGV[6])
+if not lease_ms or not n_ready or lease_ms - lease_ms ~= 0 or n_ready - n_ready ~= 0 then
+  return redis.error_reply('claim: the lease ms and the number of lanes to report must be '
+    .. 'finite numbers, not ' .. tostring(ARGV[2]) .. ', ' .. tostring(ARGV[6]))
 end
 local g = guard_open()
 local replayed = guard_replayed(g)
@@ -113,7 +103,6 @@ local continues = ARGV[11] == '1'
 local LIMIT_STAT = {[7] = {KEYS[6], 'done', 'LEASED_CLOSE_PAGECOUNT'},
   [8] = {KEYS[12], 'item_scraped_count', 'LEASED_CLOSE_ITEMCOUNT'},
   [9] = {KEYS[12], 'spider_exceptions/count', 'LEASED_CLOSE_ERRORCOUNT'}}
-local lease_ms = tonumber(ARGV[2])
 local half_life = tonumber(ARGV[5])
 g.now_us = guard_now_us()  -- one TIME read for the call: its tokens and its ms
 local now = math.floor(g.now_us / 1000)
@@ -333,7 +322,7 @@ batch_call('ZREM', KEYS[1], gone)
 batch_call('ZADD', KEYS[1], times, 'XX')
 if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', got) end
 if skipped > 0 then redis.call('HINCRBY', KEYS[6], 'skipped_done', skipped) end
-local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
+local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n_ready)
 local next_ms = now
 if #ready == 0 then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
