@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 from ._claimbook import ClaimBook
 from .frontier import Frontier
 from .frontier.run import RunMarker
+from .frontier.scripts import WrongKeyType
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,9 @@ class WarnOnce:
     def __call__(self, kind: str, msg: str, exc: BaseException) -> None:
         if kind not in self._kinds:
             self._kinds.add(kind)
-            logger.warning(msg, exc)
+            # a key of the wrong type waits for a person to fix it: an error
+            logger.log(logging.ERROR if isinstance(exc, WrongKeyType) else logging.WARNING,
+                       msg, exc)
 
     def once(self, kind: str) -> bool:
         """True the first time ``kind`` is asked for (then False until ``clear``)."""

@@ -315,8 +315,8 @@ class LeasedScheduler(BaseScheduler):
         self._joined = True
         self.stats.inc_value("leased/flushed_keys", deleted)
         logger.info("LEASED_FLUSH_ON_START: flushed crawl %(crawl)s (%(n)d keys: queue, seen "
-                    "set, done, dead letters, counters; UpsertPipeline's records kept): this "
-                    "worker starts a fresh run", {"crawl": crawl, "n": deleted})
+                    "set, done, dead letters, counters; the feed and UpsertPipeline's records "
+                    "kept): this worker starts a fresh run", {"crawl": crawl, "n": deleted})
 
     def _install_engine_hooks(self) -> None:
         engine = self.crawler.engine

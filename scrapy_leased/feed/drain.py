@@ -21,6 +21,7 @@ from scrapy import Spider
 
 from ..codec import PayloadError, safe_text
 from ..frontier import Frontier, NewRequest
+from ..frontier.scripts import WrongKeyType
 from .format import FeedEntryError, FeedRequest, parse_entry
 from .packer import RequestPacker
 
@@ -70,9 +71,12 @@ class FeedDrainer:
             try:
                 queued = await self.frontier.commit_feed(batch.id, enqueue, bad, call_id)
                 break
-            except (RedisError, OSError):
+            except (RedisError, OSError) as exc:
                 if self.closing():
                     raise
+                if isinstance(exc, WrongKeyType) and delay == 0.05:  # said once a batch
+                    logger.error("Cannot queue a batch of feed entries, retrying: %(exc)s",
+                                 {"exc": exc})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_CAP_SECONDS)
         if queued is None:

@@ -217,10 +217,13 @@ class CrawlKeys:
     def kept_by_flush(self, key: str, records_prefix: str = "records") -> bool:
         """Whether a fresh run (LEASED_FLUSH_ON_START, lua/run_flush.lua) keeps ``key``:
         the run and the worker registry (who is starting), the crawl's fixed parameters,
-        the fencing tokens and epoch (never issued twice), the control state, and the
-        UpsertPipeline records."""
+        the fencing tokens and epoch (never issued twice), the control state, the feed
+        (work pushed before the fleet started is the new run's; the batches taken off it
+        and not queued go back to it: lua/run_flush.lua) and the UpsertPipeline
+        records."""
         return key in (self.run, self.workers, self.worker_info, self.meta, self.tokens,
-                       self.epoch, self.control) or self.is_records(key, records_prefix)
+                       self.epoch, self.control, self.feed) \
+            or self.is_records(key, records_prefix)
 
     def is_records(self, key: str, prefix: str = "records") -> bool:
         """Whether ``key`` is one of the ``records`` hashes (with this prefix): kept by

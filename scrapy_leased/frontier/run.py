@@ -47,13 +47,15 @@ class RunMarker:
 
     async def flush(self, records_prefix: str) -> tuple[int | None, list[str]]:
         """LEASED_FLUSH_ON_START: start a fresh run, deleting the crawl's frontier state
-        (every key but those ``CrawlKeys.kept_by_flush`` keeps), unless a run is on
-        (lua/run_flush.lua). Returns (keys deleted, []) when flushed: this worker seeds
-        the new run; else (None, the live workers' ids, or the run marker when none)."""
+        (every key but those ``CrawlKeys.kept_by_flush`` keeps; the feed's batches taken
+        and not queued go back to the feed), unless a run is on (lua/run_flush.lua).
+        Returns (keys deleted, []) when flushed: this worker seeds the new run; else
+        (None, the live workers' ids, or the run marker when none)."""
         k = self.keys
+        fixed = [k.run, k.workers, k.control, k.feed, k.feed_taken, k.feed_deadlines]
         doomed = [key for key in await keys_with_prefix(self.client, k.prefix)
-                  if not k.kept_by_flush(key, records_prefix)]
-        out = await self._s["run_flush"](keys=[k.run, k.workers, k.control, *doomed],
+                  if not k.kept_by_flush(key, records_prefix) and key not in fixed]
+        out = await self._s["run_flush"](keys=[*fixed, *doomed],
                                          args=[self.worker_id, self.ttl_ms,
                                                self.worker_ttl_ms])
         if int(out[0]):

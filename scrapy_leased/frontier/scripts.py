@@ -21,17 +21,19 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 #: The shared helper files (lib_*.lua) each script gets prepended, in this order.
 LIBS: dict[str, tuple[str, ...]] = {
-    "claim": ("lib_time", "lib_envelope", "lib_settle", "lib_rate", "lib_guard", "lib_batch"),
+    "claim": ("lib_time", "lib_envelope", "lib_settle", "lib_rate", "lib_guard", "lib_batch",
+              "lib_keys"),
     "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
                "lib_batch", "lib_stats"),
     "stats_flush": ("lib_stats",),  # observe/flush.py
-    "feed_take": ("lib_time",),  # the feed (feed/drain.py): a batch taken off it
+    "feed_take": ("lib_time", "lib_keys"),  # the feed (feed/drain.py): a batch taken off it
     # layout: the seen-set layout, recorded once (Frontier.check_layout)
-    "feed_commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue"),
+    "feed_commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
+                    "lib_keys"),
     "expired": ("lib_time", "lib_batch"),
     "recover": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
     "revisit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
@@ -42,7 +44,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "requeue_dead": ("lib_envelope", "lib_settle"),  # fleet/admin.py (scrapy leased dead --requeue)
     "run_join": ("lib_time",),  # run.py: which worker seeds the run
     "run_leave": ("lib_time",),
-    "run_flush": ("lib_time",),  # run.py: LEASED_FLUSH_ON_START
+    "run_flush": ("lib_time", "lib_keys"),  # run.py: LEASED_FLUSH_ON_START
     "worker_enter": ("lib_time",),  # workerid.py: a starting worker's id, unless in use
     "control": ("lib_time",),  # fleet/admin.py (scrapy leased pause, resume, stop)
     # forget: no helpers (fleet/admin.py, scrapy leased forget)
@@ -74,14 +76,52 @@ WAIT_PAUSE_SECONDS = 10.0
 logger = logging.getLogger(__name__)
 
 
+#: The error a script returns, before any write, when a key it was given holds another
+#: type than it needs (lua/lib_keys.lua): a producer wrote the feed key with XADD or SET.
+WRONG_TYPE_PREFIX = "KEYTYPE "
+
+
+class WrongKeyType(ResponseError):
+    """A script refused to run, changing nothing: one of its keys holds the wrong type
+    (lua/lib_keys.lua). The message names the key, its type and the one expected. A
+    ResponseError (a RedisError): a worker's loops retry it with their back-off, so the
+    crawl goes on by itself once the key is fixed (deleted, or pushed to with RPUSH)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            f"Redis key {message[len(WRONG_TYPE_PREFIX):]}: nothing was changed; delete or "
+            "fix the key (the workers try again until then)")
+
+
 def register(client: Any, *names: str) -> dict[str, Any]:
     replicas = getattr(client, "leased_wait_replicas", 0)
     out = {}
     for name in names:
         script = client.register_script(script_source(name))
-        out[name] = _WaitedScript(client, script, replicas) if replicas and name in WAITED \
-            else script
+        if replicas and name in WAITED:
+            script = _WaitedScript(client, script, replicas)
+        out[name] = _TypeChecked(script) if "lib_keys" in LIBS.get(name, ()) else script
     return out
+
+
+class _TypeChecked:
+    """A script that checks its keys' types (lua/lib_keys.lua): its refusal raised as
+    WrongKeyType."""
+
+    def __init__(self, script: Any) -> None:
+        self._inner = script
+
+    def __getattr__(self, name: str) -> Any:  # sha, script, ... of the script
+        return getattr(self._inner, name)
+
+    async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        try:
+            return await self._inner(keys=keys, args=args)
+        except ResponseError as exc:
+            text = str(exc)
+            if text.startswith(WRONG_TYPE_PREFIX):
+                raise WrongKeyType(text) from None
+            raise
 
 
 class _WaitedScript:

@@ -22,6 +22,8 @@ Scrapy here: the extension wiring it to a crawl is observe/stats.py.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -36,6 +38,18 @@ LAST = {"finish_time"}  # datetimes kept as the last
 #: Computed when reading, from the fleet's times and counts (as CoreStats and LogStats do)
 DERIVED = {"elapsed_time_seconds", "responses_per_minute", "items_per_minute"}
 MAX_NAMES = {"memusage/startup"}  # levels, not counts: the fleet's largest
+#: The largest stat value (and delta) sent, either sign (lib_stats.lua STAT_LIMIT): a
+#: stat beyond it, or not finite (nan, inf: a numpy mean of nothing), is not sent.
+STAT_LIMIT = 2 ** 63
+
+logger = logging.getLogger(__name__)
+
+
+def stat_in_range(value: int | float) -> bool:
+    """Whether a stat value (or delta) can be sent: finite, at most STAT_LIMIT."""
+    if isinstance(value, int):
+        return -STAT_LIMIT <= value <= STAT_LIMIT
+    return math.isfinite(value) and -STAT_LIMIT <= value <= STAT_LIMIT
 
 
 def stat_op(name: str, value: Any) -> tuple[str, Any] | None:
@@ -68,6 +82,7 @@ class StatsFlusher:
         self.worker_id = worker_id
         self._script = register(client, "stats_flush")["stats_flush"]
         self._sent: dict[str, Any] = {}  # values as of the last flush composed
+        self._refused: set[str] = set()  # stats warned of (stat_in_range)
         self._seq = 0
         self._pending: list[Any] | None = None  # composed, not yet acknowledged by Redis
         self._lock = asyncio.Lock()
@@ -89,20 +104,34 @@ class StatsFlusher:
         (a flush, or a commit they ride along with: frontier/writer.py) sends them
         again until Redis has applied them once."""
         args: list[Any] = []
-        for name, value in stats.items():
+        refused: list[tuple[str, Any]] = []
+        # a copy: a warning logged meanwhile counts in the stats (log_count/WARNING)
+        for name, value in list(stats.items()):
             op = stat_op(name, value)
             if op is None:
                 continue
             kind, number = op
             before = self._sent.get(name)
+            delta = number - (before or 0) if kind in ("i", "f") else number
+            if not (stat_in_range(number) and stat_in_range(delta)):
+                refused.append((name, number))
+                continue  # the value is not sent; its next one in range is
             if kind in ("i", "f"):
-                delta = number - (before or 0)
                 if delta:
                     args += [kind if isinstance(delta, int) else "f", name, _number_text(delta)]
             elif number != before:
                 args += [kind, name, _number_text(number)]
             self._sent[name] = number
+        for name, number in refused:
+            self._refuse(name, number)
         return args
+
+    def _refuse(self, name: str, value: Any) -> None:
+        if name not in self._refused:
+            self._refused.add(name)
+            logger.warning("Stat %(name)r is %(value)r: not added to the fleet stats (a "
+                           "stat sent must be a finite number within +-2**63; the next "
+                           "value of it in range is)", {"name": name, "value": value})
 
     async def flush(self, stats: Mapping[str, Any]) -> None:
         """Send a failed flush again, then what changed since; raises RedisError/OSError

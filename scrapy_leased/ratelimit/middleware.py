@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import math
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
@@ -52,8 +53,9 @@ MAX_RETRY_AFTER_S = 3600.0
 
 
 def retry_after_seconds(value: bytes | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date), None if absent
-    or unreadable."""
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), between 0 and
+    MAX_RETRY_AFTER_S; None if absent or unreadable (then LEASED_RATE_BACKOFF applies):
+    not a number or a date, nan, a negative number. Never raises, whatever the bytes."""
     if not value:
         return None
     text = value.decode("latin-1").strip()
@@ -62,10 +64,35 @@ def retry_after_seconds(value: bytes | None) -> float | None:
     except ValueError:
         try:
             when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError):
+            # the host's date vs. ours: best effort (a date past: retry now)
+            seconds = when.timestamp() - time.time()
+        except Exception:  # TypeError, ValueError, OverflowError, ...: not a date
             return None
-        seconds = when.timestamp() - time.time()  # the host's date vs. ours: best effort
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+    if math.isnan(seconds) or seconds < 0:  # "nan", "-1": not a delay
+        return None
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
+def block_ms_for(value: bytes | None, default_ms: int) -> int:
+    """The block (ms) a 429/503 with this Retry-After header sets: the header's delay,
+    else ``default_ms`` (LEASED_RATE_BACKOFF); always an int in [0, MAX_RETRY_AFTER_S]
+    seconds."""
+    seconds = retry_after_seconds(value)
+    if seconds is None:
+        return default_ms
+    return int(seconds * 1000)
+
+
+def crawl_delay_ms(delay: Any) -> int | None:
+    """A robots.txt Crawl-delay (seconds, as Protego reads it) in ms, at most
+    MAX_RETRY_AFTER_S; None when it is not a positive number of ms (nan, 0, garbage)."""
+    try:
+        seconds = float(delay)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if math.isnan(seconds) or seconds <= 0:
+        return None
+    return int(min(seconds, MAX_RETRY_AFTER_S) * 1000) or None  # below 1 ms: none
 
 
 class LeasedRateMiddleware:
@@ -160,8 +187,7 @@ class LeasedRateMiddleware:
         return response
 
     async def _slow_down(self, request: Request, response: Response) -> None:
-        seconds = retry_after_seconds(response.headers.get(b"Retry-After"))
-        block_ms = int(seconds * 1000) if seconds is not None else self.budgets.backoff_ms
+        block_ms = block_ms_for(response.headers.get(b"Retry-After"), self.budgets.backoff_ms)
         lane = self.budgets.lane_of(request)
         self._note_penalty(lane)
         try:
@@ -187,6 +213,14 @@ class LeasedRateMiddleware:
         if delay:
             lane = self.budgets.lane_of(request)
             self._note_penalty(lane)
-            await self._frontier().penalize(lane, crawl_delay_ms=int(float(delay) * 1000))
+            delay_ms = crawl_delay_ms(delay)
+            if delay_ms is None:
+                return
+            try:
+                await self._frontier().penalize(lane, crawl_delay_ms=delay_ms)
+            except (RedisError, OSError) as exc:
+                logger.warning("Could not record the Crawl-delay of %(lane)s: %(exc)s",
+                               {"lane": lane, "exc": exc})
+                return
             logger.info("%(lane)s asks for Crawl-delay %(d)s s: the fleet follows it",
                         {"lane": lane, "d": delay})

@@ -75,6 +75,25 @@
 -- other claims of a call, it goes back to the head of its tier and its lane is served
 -- first by the next call (its time becomes 0), so it cannot starve behind other lanes.
 -- A queue member that is not valid UTF-8 is dead-lettered (invalid bytes shown as '?').
+-- The feed's count first (the call changes neither key): a feed key of the wrong type
+-- (a producer's XADD or SET) fails the call here, before any write, naming the key
+-- (lib_keys.lua), instead of at the end, after the leases were written.
+local feed = redis.pcall('LLEN', KEYS[13])
+local feed_taken = type(feed) == 'number' and redis.pcall('HLEN', KEYS[14])
+if type(feed_taken) ~= 'number' then
+  return key_types_error({KEYS[13], 'list', FEED_WHAT, KEYS[14], 'hash', FEED_TAKEN_WHAT})
+    or redis.error_reply('claim: cannot read the feed')
+end
+feed = feed + feed_taken
+-- The two numbers used after the pops (the leases' deadline, how many ready lanes to
+-- report), checked before any write too: a nan or a non-number there (the worker sends
+-- ints) would stop the script after its leases were written. (x - x ~= 0: nan or inf.)
+-- Any other argument that is not a number fails or claims nothing before the pops.
+local lease_ms, n_ready = tonumber(ARGV[2]), tonumber(ARGV[6])
+if not lease_ms or not n_ready or lease_ms - lease_ms ~= 0 or n_ready - n_ready ~= 0 then
+  return redis.error_reply('claim: the lease ms and the number of lanes to report must be '
+    .. 'finite numbers, not ' .. tostring(ARGV[2]) .. ', ' .. tostring(ARGV[6]))
+end
 local g = guard_open()
 local replayed = guard_replayed(g)
 if replayed then return replayed end
@@ -84,7 +103,6 @@ local continues = ARGV[11] == '1'
 local LIMIT_STAT = {[7] = {KEYS[6], 'done', 'LEASED_CLOSE_PAGECOUNT'},
   [8] = {KEYS[12], 'item_scraped_count', 'LEASED_CLOSE_ITEMCOUNT'},
   [9] = {KEYS[12], 'spider_exceptions/count', 'LEASED_CLOSE_ERRORCOUNT'}}
-local lease_ms = tonumber(ARGV[2])
 local half_life = tonumber(ARGV[5])
 g.now_us = guard_now_us()  -- one TIME read for the call: its tokens and its ms
 local now = math.floor(g.now_us / 1000)
@@ -304,7 +322,7 @@ batch_call('ZREM', KEYS[1], gone)
 batch_call('ZADD', KEYS[1], times, 'XX')
 if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', got) end
 if skipped > 0 then redis.call('HINCRBY', KEYS[6], 'skipped_done', skipped) end
-local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
+local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n_ready)
 local next_ms = now
 if #ready == 0 then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -319,7 +337,7 @@ for _, l in ipairs(all_active) do
   end
 end
 local out = {now, todo, redis.call('ZCARD', KEYS[2]),
-  next_ms, state, redis.call('LLEN', KEYS[13]) + redis.call('HLEN', KEYS[14]), stale, #ready}
+  next_ms, state, feed, stale, #ready}
 for _, lane in ipairs(ready) do out[#out + 1] = lane end
 out[#out + 1] = #free
 for _, lane in ipairs(free) do out[#out + 1] = lane end

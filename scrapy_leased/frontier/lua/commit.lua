@@ -44,6 +44,13 @@
 -- Errors, before changing anything, when a failed claim's lane or priority is not the
 -- one given (its requeue would go to another lane's or tier's LIST),
 -- and with 'SEEN_GENERATION <gen>' when the seen set's generation is not ARGV[6].
+-- The counts and numbers a later step computes with are checked before any write (an
+-- arithmetic on a nil would stop the script half-way, after the requests were queued).
+for i = 1, 8 do
+  if not tonumber(ARGV[i]) then
+    return redis.error_reply('commit: ARGV[' .. i .. '] must be a number, not ' .. tostring(ARGV[i]))
+  end
+end
 local ttl, gen = tonumber(ARGV[5]), tonumber(ARGV[6])
 local gen_error = seen_gen_error(ttl, gen)
 if gen_error then return gen_error end
@@ -51,8 +58,20 @@ local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3], dead = KEYS[7]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
 local fail_at = 9 + enqueue_args_len(9, n_enq) + 3 * n_ack
+for a = fail_at - 3 * n_ack, fail_at - 1, 3 do
+  if not tonumber(ARGV[a + 1]) then
+    return redis.error_reply('commit: the rid of claim ' .. ARGV[a] .. ' must be a number, not '
+      .. tostring(ARGV[a + 1]))
+  end
+end
+local index_error = queue_index_error('commit', fail_at + 3, fail_at + 7 * n_fail - 1, 7)
+if index_error then return index_error end
 for i = 0, n_fail - 1 do
   local a = fail_at + 7 * i
+  if not tonumber(ARGV[a + 6]) then
+    return redis.error_reply('commit: the priority of claim ' .. ARGV[a] .. ' must be a '
+      .. 'number, not ' .. tostring(ARGV[a + 6]))
+  end
   local env = redis.call('HGET', KEYS[5], ARGV[a])
   if env then
     local rid, _, _, priority, lane = parse_envelope(env)
@@ -79,7 +98,9 @@ for i = revisit_at, stats_at - 1, 4 do
   revisit_of[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
 end
 local a = enqueue_new(keys, g, 9, n_enq, out, ttl, gen)
-apply_stats(KEYS[12], stats_at, stats_at + 3 * tonumber(ARGV[8]) - 1)
+-- never fails (lib_stats.lua): a value refused is skipped and counted, the rest applied
+local stats_refused = apply_stats(KEYS[12], stats_at, stats_at + 3 * tonumber(ARGV[8]) - 1)
+if stats_refused > 0 then redis.call('HINCRBY', KEYS[3], 'stats_refused', stats_refused) end
 -- The acks, each decided in order as if alone (a token named twice is settled by its
 -- first ack), with their reads and deletes sent once per call: the envelopes (HMGET)
 -- and leases (ZMSCORE; a lone ack takes its ZREM's reply) of the claims named, then the

@@ -22,6 +22,11 @@
 -- Returns {epoch, tokens, rids (lib_guard.lua), held (1: done; 0: the batch was not
 -- this worker's any more, nothing changed), enqueue results (1 queued, 0 duplicate)...}.
 -- stats 'fed' counts the entries taken off the feed (queued, duplicate or dead).
+-- Checked before any write (lib_keys.lua): the last steps write these two keys, after
+-- the requests were queued.
+local err = key_types_error({KEYS[5], 'hash', FEED_TAKEN_WHAT, KEYS[6], 'zset',
+  FEED_DEADLINES_WHAT})
+if err then return err end
 local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3]}
 local ttl, gen = tonumber(ARGV[4]), tonumber(ARGV[5])
 local gen_error = seen_gen_error(ttl, gen)

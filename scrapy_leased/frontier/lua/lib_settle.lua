@@ -132,6 +132,21 @@ local function lane_queue(i)
   return {l = KEYS[i], idx = KEYS[i + 1]}
 end
 
+-- nil when each ARGV[i], i = first, first + step, ..., last, is the index of a queue
+-- LIST in KEYS (lane_queue: its lane's tier index after it), else the error reply naming
+-- it. A script checks the indexes it will requeue to before its first write: a bad one
+-- would stop it at the push, after the request left its lease (and be lost).
+local function queue_index_error(script, first, last, step)
+  for i = first, last, step do
+    local q = tonumber(ARGV[i])
+    if not q or q ~= math.floor(q) or q < 1 or q + 1 > #KEYS then
+      return redis.error_reply(script .. ': ARGV[' .. i .. '] is not the index of a queue in '
+        .. 'KEYS: ' .. tostring(ARGV[i]))
+    end
+  end
+  return nil
+end
+
 -- keys: {lanes, todo}; q: the LIST of the request's tier in its lane (lane_queue; the
 -- caller's: a start request of priority 0 or any request of another priority goes to
 -- its tier's LIST, a regular one of priority 0 to the fifo LIST); front: a released

@@ -17,6 +17,12 @@
 -- then the guard's four ARGV (call id '', epoch, token, rid seen)
 -- Returns {epoch, tokens, rids (lib_guard.lua), requeued, dead-lettered, requeued
 -- without an attempt}; stats 'recovered' and 'recovered_epoch' count the requeued.
+-- checked before any write: the requeue indexes, and max attempts (settle_failure)
+local err = queue_index_error('recover', 3, #ARGV - GUARD_ARGS, 2)
+if err then return err end
+if not tonumber(ARGV[1]) then
+  return redis.error_reply('recover: max attempts must be a number, not ' .. tostring(ARGV[1]))
+end
 local g = guard_open()
 local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3], dead = KEYS[6]}
 local now = server_ms()

@@ -18,6 +18,10 @@
 -- ARGV[5..] claim tokens held, then the guard's four ARGV (call id '', epoch, token, rid)
 -- Returns {epoch, tokens, rids (lib_guard.lua), now_ms, control state (running, paused,
 -- stopping), lost token, lost token, ...}
+if not tonumber(ARGV[1]) or not tonumber(ARGV[4]) then  -- before any write
+  return redis.error_reply('renew: lease ms and prune ms must be numbers, not ' ..
+    tostring(ARGV[1]) .. ', ' .. tostring(ARGV[4]))
+end
 local g = guard_open()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -13,6 +13,14 @@
 -- request was processed meanwhile: the letter is dropped), unreadable (not an
 -- envelope of the given lane and priority: the letter is kept)}.
 -- stats 'requeued_dead' counts the requeued letters.
+-- checked before any write: the queue indexes and the priorities (tier_code)
+local err = queue_index_error('requeue_dead', 2, #ARGV, 4)
+if err then return err end
+for a = 4, #ARGV, 4 do
+  if not tonumber(ARGV[a]) then
+    return redis.error_reply('requeue_dead: ARGV[' .. a .. '] is not a priority: ' .. tostring(ARGV[a]))
+  end
+end
 local keys = {lanes = KEYS[1], todo = KEYS[2]}
 local requeued, missing, done, unreadable = 0, 0, 0, 0
 for a = 1, #ARGV, 4 do

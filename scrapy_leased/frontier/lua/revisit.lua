@@ -15,6 +15,8 @@
 -- then the guard's four ARGV (no call id)
 -- Returns {epoch, tokens, rids (lib_guard.lua), number queued}
 local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3]}
+local err = queue_index_error('revisit', 2, #ARGV - GUARD_ARGS, 2)  -- before any write
+if err then return err end
 local g = guard_open()
 local now = server_ms()
 local queued = 0

@@ -8,17 +8,27 @@
 -- one flushes, and the others find its run and join it (run_join.lua) without flushing.
 -- The caller passes the crawl's keys to delete (a SCAN of the crawl's prefix, without
 -- the kept ones: the run marker, the worker registry, meta, tokens, epoch, control and
--- the UpsertPipeline records); the `started` field of `control` (LEASED_CLOSE_TIMEOUT)
+-- the UpsertPipeline records, and the feed: work pushed before any worker started
+-- belongs to the run that starts); the `started` field of `control` (LEASED_CLOSE_TIMEOUT)
 -- is dropped, so a fresh run counts its timeout from its own first claim, and so is a
 -- stop a LEASED_CLOSE_* limit set (it was about the run flushed; the counts it compared
 -- are deleted): a stop set by `scrapy leased stop` is kept.
 -- KEYS[1] run      STRING  seeder's worker id, or 'seeded'
 -- KEYS[2] workers  ZSET    worker id -> last heartbeat (ms of Redis TIME)
 -- KEYS[3] control  HASH    the fleet's control state
--- KEYS[4..] keys to delete
+-- KEYS[4] feed     LIST    kept; the batches taken off it and not queued (feed_taken:
+--                  their workers are gone) go back to its head, oldest batch first,
+--                  each in its order, as feed_take.lua gives back a batch past its
+--                  deadline: they were never queued, and the queues are deleted
+-- KEYS[5] feed_taken  HASH  KEYS[6] feed_deadlines  ZSET  (feed_take.lua): deleted
+-- KEYS[7..] keys to delete
 -- ARGV[1] worker id  ARGV[2] run marker expiry ms  ARGV[3] worker TTL ms
--- Returns {1, number of keys deleted} when flushed; {0, the run marker or '', the live
--- workers' ids...} when a run is on (nothing changed).
+-- Returns {1, number of keys deleted, feed entries given back} when flushed; {0, the run
+-- marker or '', the live workers' ids...} when a run is on (nothing changed).
+-- Errors, before any change, when a feed key holds another type (lib_keys.lua).
+local err = key_types_error({KEYS[4], 'list', FEED_WHAT, KEYS[5], 'hash', FEED_TAKEN_WHAT,
+  KEYS[6], 'zset', FEED_DEADLINES_WHAT})
+if err then return err end
 local now = server_ms()
 local cur = redis.call('GET', KEYS[1])
 local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. (now - tonumber(ARGV[3])), '+inf')
@@ -31,8 +41,31 @@ if cur or #others > 0 then
   for _, w in ipairs(others) do out[#out + 1] = w end
   return out
 end
-local deleted = 0
-for i = 4, #KEYS, 500 do
+-- the batches taken, read and decoded before any write: {id, entries} (a value that is
+-- not a batch, written by hand, goes back whole, as one entry: dead-lettered by the
+-- worker that takes it as unreadable)
+local batches = {}
+local taken = redis.call('HGETALL', KEYS[5])
+for i = 2, #taken, 2 do
+  local id, json = string.match(taken[i], '^(%d+) (.*)$')
+  local ok, entries = pcall(cjson.decode, json or '')
+  if not id or not ok or type(entries) ~= 'table' then
+    id, entries = '0', {taken[i]}
+  end
+  for j = 1, #entries do
+    if type(entries[j]) ~= 'string' then entries[j] = cjson.encode(entries[j]) end
+  end
+  batches[#batches + 1] = {tonumber(id) or 0, entries}
+end
+table.sort(batches, function(x, y) return x[1] < y[1] end)
+local back = 0
+for b = #batches, 1, -1 do  -- the newest first: the oldest ends at the head
+  local entries = batches[b][2]
+  for j = #entries, 1, -1 do redis.call('LPUSH', KEYS[4], entries[j]) end
+  back = back + #entries
+end
+local deleted = redis.call('UNLINK', KEYS[5], KEYS[6])
+for i = 7, #KEYS, 500 do
   deleted = deleted + redis.call('UNLINK', unpack(KEYS, i, math.min(i + 499, #KEYS)))
 end
 redis.call('HDEL', KEYS[3], 'started')
@@ -42,4 +75,4 @@ if control[1] == 'stopping' and string.sub(control[2] or '', 1, 13) == 'LEASED_C
 end
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, deleted}
+return {1, deleted, back}
