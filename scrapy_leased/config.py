@@ -237,6 +237,7 @@ class LeasedConfig:
     keep_alive: bool
     revisit_after_ms: int  # LEASED_REVISIT_AFTER: queue done requests again (0: never)
     flush_on_start: bool  # LEASED_FLUSH_ON_START: a fresh run when none is on
+    resume: bool  # LEASED_RESUME: a new run continues a finished crawl (not afresh)
     worker_ttl: float
     seen_bucket_bits: int
     seen_cache: int
@@ -301,6 +302,7 @@ class LeasedConfig:
             keep_alive=bool_setting(settings, "LEASED_KEEP_ALIVE", False),
             revisit_after_ms=ms_setting(settings, "LEASED_REVISIT_AFTER", 0, allow_zero=True),
             flush_on_start=bool_setting(settings, "LEASED_FLUSH_ON_START", False),
+            resume=bool_setting(settings, "LEASED_RESUME", False),
             worker_ttl=number_setting(settings, "LEASED_WORKER_TTL", WORKER_TTL_SECONDS, minimum=0),
             seen_bucket_bits=_seen_bits(settings),
             seen_cache=number_setting(settings, "LEASED_SEEN_CACHE", SEEN_CACHE, minimum=0,

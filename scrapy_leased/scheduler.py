@@ -238,7 +238,10 @@ class LeasedScheduler(BaseScheduler):
             await self._flush_on_start()
             await self.frontier.check_layout(self.config.seen_bucket_bits,
                                              self.config.seen_ttl_ms)
-        await self._enter()
+        elif not self.config.resume:
+            await self._afresh_if_finished()
+        if not self._joined:  # a flush registered this worker, its id checked in one step
+            await self._enter()
         state = await client.hget(keys.control, "state")
         if state is not None and state in (STOPPING, STOPPING.encode()):
             # the fleet is stopping: this worker neither seeds nor claims; it closes with
@@ -253,6 +256,8 @@ class LeasedScheduler(BaseScheduler):
             if not self._joined:
                 self.seeds = await self.run.join() == SEED
                 self._joined = True
+                if self.seeds and self.config.resume:
+                    await self._say_resumed()
         # in the registry with its host and pid before its first claim (status, reset);
         # if Redis fails now, the first heartbeat records them
         with contextlib.suppress(RedisError, OSError):
@@ -317,6 +322,58 @@ class LeasedScheduler(BaseScheduler):
         logger.info("LEASED_FLUSH_ON_START: flushed crawl %(crawl)s (%(n)d keys: queue, seen "
                     "set, done, dead letters, counters; the feed and UpsertPipeline's records "
                     "kept): this worker starts a fresh run", {"crawl": crawl, "n": deleted})
+
+    async def _afresh_if_finished(self) -> None:
+        """A new ``scrapy crawl`` of a crawl that finished starts afresh, as a Scrapy
+        crawl does (LEASED_RESUME unset, the default): its frontier state is deleted as
+        by LEASED_FLUSH_ON_START. A crawl with work left (queued, leased, in the feed,
+        revisits waiting), paused or stopping is continued, and a run that is on is
+        joined. The first WARNING says which, and how to get the other."""
+        assert self.run is not None
+        crawl = self.run.keys.crawl_id
+        out = await self.run.fresh_run(self.config.upsert.prefix, only_if_finished=True)
+        if out.deleted is not None:
+            self.seeds = True
+            self._joined = True
+            self.stats.inc_value("leased/flushed_keys", out.deleted)
+            if out.done_before:
+                logger.warning(
+                    "Crawl %(crawl)s finished before (%(done)d requests done): starting it "
+                    "afresh, as a new Scrapy crawl (its seen set, queue and dead letters "
+                    "cleared; UpsertPipeline's records kept). Set LEASED_RESUME = True to "
+                    "continue it instead, crawling only what it has not seen.",
+                    {"crawl": crawl, "done": out.done_before})
+            assert self.frontier is not None
+            await self.frontier.check_layout(self.config.seen_bucket_bits,
+                                             self.config.seen_ttl_ms)
+        elif not out.left:  # a run is on: joined, as any worker of a fleet
+            if all(a.startswith("run marker") for a in out.alive):  # but no worker alive
+                logger.warning(
+                    "Crawl %(crawl)s: continuing the run of workers that ended without "
+                    "closing (killed?); its requests left are crawled. To start it "
+                    "afresh instead, once no worker is alive: `scrapy leased reset "
+                    "%(crawl)s --yes`.", {"crawl": crawl})
+        else:
+            left = ", ".join(f"{v} {k}" for k, v in out.left.items()
+                             if k != "control" and v) or f"state {out.left['control']}"
+            logger.warning(
+                "Crawl %(crawl)s has work left from an earlier run (%(left)s): continuing "
+                "it. To start it afresh instead: LEASED_FLUSH_ON_START = True (or "
+                "`scrapy leased reset %(crawl)s --yes`).", {"crawl": crawl, "left": left})
+
+    async def _say_resumed(self) -> None:
+        """LEASED_RESUME, this worker starting a new run: say so when the crawl ran
+        before (its seen set still drops what it crawled)."""
+        assert self.frontier is not None
+        keys = self.frontier.keys
+        with contextlib.suppress(RedisError, OSError, ValueError, TypeError):
+            done = int(await self.frontier.client.hget(keys.stats, "done") or 0)
+            if done:
+                logger.warning(
+                    "LEASED_RESUME: continuing crawl %(crawl)s (%(done)d requests done "
+                    "before): requests seen before are dropped as duplicates. Unset "
+                    "LEASED_RESUME for a fresh crawl of it.",
+                    {"crawl": keys.crawl_id, "done": done})
 
     def _install_engine_hooks(self) -> None:
         engine = self.crawler.engine

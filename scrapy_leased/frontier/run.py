@@ -17,6 +17,7 @@ seeder dies first, one of them seeds the run again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..topology import keys_with_prefix
@@ -25,6 +26,17 @@ from .scripts import as_str, register
 
 #: run_join.lua's answers
 SEEDED, SEED, WAIT = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """What ``RunMarker.fresh_run`` did: ``deleted`` keys (None: nothing flushed, because
+    a run is on, ``alive`` naming its workers, or because the crawl has work ``left``)."""
+
+    deleted: int | None
+    alive: list[str] = field(default_factory=list)
+    left: dict[str, int | str] = field(default_factory=dict)
+    done_before: int = 0  # requests done by the runs flushed
 
 
 class RunMarker:
@@ -51,17 +63,32 @@ class RunMarker:
         and not queued go back to the feed), unless a run is on (lua/run_flush.lua).
         Returns (keys deleted, []) when flushed: this worker seeds the new run; else
         (None, the live workers' ids, or the run marker when none)."""
+        out = await self.fresh_run(records_prefix, only_if_finished=False)
+        return out.deleted, out.alive
+
+    async def fresh_run(self, records_prefix: str, *, only_if_finished: bool) -> Fresh:
+        """Start a fresh run as ``flush`` does; with ``only_if_finished`` only when the
+        crawl finished (nothing queued, leased, in the feed or waiting to be revisited,
+        neither paused nor stopping): a new ``scrapy crawl`` of a finished crawl starts
+        afresh, as under Scrapy, unless LEASED_RESUME."""
         k = self.keys
-        fixed = [k.run, k.workers, k.control, k.feed, k.feed_taken, k.feed_deadlines]
+        fixed = [k.run, k.workers, k.control, k.feed, k.feed_taken, k.feed_deadlines,
+                 k.todo, k.leases, k.revisit, k.stats]
         doomed = [key for key in await keys_with_prefix(self.client, k.prefix)
                   if not k.kept_by_flush(key, records_prefix) and key not in fixed]
         out = await self._s["run_flush"](keys=[*fixed, *doomed],
                                          args=[self.worker_id, self.ttl_ms,
-                                               self.worker_ttl_ms])
-        if int(out[0]):
-            return int(out[1]), []
+                                               self.worker_ttl_ms,
+                                               1 if only_if_finished else 0])
+        if int(out[0]) == 1:
+            return Fresh(int(out[1]), done_before=int(out[3]))
+        if int(out[0]) == 2:
+            names = ("queued", "leased", "feed", "feed_batches", "revisits")
+            left: dict[str, int | str] = {n: int(v) for n, v in zip(names, out[1:6])}
+            left["control"] = as_str(out[6])
+            return Fresh(None, left=left)
         others = [as_str(w) for w in out[2:]]
-        return None, others or [f"run marker {as_str(out[1])!r}"]
+        return Fresh(None, alive=others or [f"run marker {as_str(out[1])!r}"])
 
     async def seeded(self) -> bool:
         """start() is exhausted: later joiners skip it."""

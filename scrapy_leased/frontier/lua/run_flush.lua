@@ -21,10 +21,18 @@
 --                  each in its order, as feed_take.lua gives back a batch past its
 --                  deadline: they were never queued, and the queues are deleted
 -- KEYS[5] feed_taken  HASH  KEYS[6] feed_deadlines  ZSET  (feed_take.lua): deleted
--- KEYS[7..] keys to delete
+-- KEYS[7] todo STRING  KEYS[8] leases ZSET  KEYS[9] revisit ZSET  KEYS[10] stats HASH:
+--                  read for ARGV[4], then deleted with the rest
+-- KEYS[11..] keys to delete
 -- ARGV[1] worker id  ARGV[2] run marker expiry ms  ARGV[3] worker TTL ms
--- Returns {1, number of keys deleted, feed entries given back} when flushed; {0, the run
--- marker or '', the live workers' ids...} when a run is on (nothing changed).
+-- ARGV[4] '1': flush only a crawl that finished (the default of a new run, LEASED_RESUME
+--         unset): nothing queued, leased, in the feed or taken off it, or waiting to be
+--         revisited, and the control state neither paused nor stopping; '0': whatever
+--         is left (LEASED_FLUSH_ON_START)
+-- Returns {1, number of keys deleted, feed entries given back, requests done before}
+-- when flushed; {0, the run marker or '', the live workers' ids...} when a run is on;
+-- {2, queued, leased, in the feed, feed batches taken, revisits, control state} when
+-- ARGV[4] is '1' and the crawl has not finished (nothing changed in either case).
 -- Errors, before any change, when a feed key holds another type (lib_keys.lua).
 local err = key_types_error({KEYS[4], 'list', FEED_WHAT, KEYS[5], 'hash', FEED_TAKEN_WHAT,
   KEYS[6], 'zset', FEED_DEADLINES_WHAT})
@@ -41,6 +49,16 @@ if cur or #others > 0 then
   for _, w in ipairs(others) do out[#out + 1] = w end
   return out
 end
+if ARGV[4] == '1' then
+  local left = {tonumber(redis.call('GET', KEYS[7]) or '0') or 0, redis.call('ZCARD', KEYS[8]),
+    redis.call('LLEN', KEYS[4]), redis.call('HLEN', KEYS[5]), redis.call('ZCARD', KEYS[9])}
+  local state = redis.call('HGET', KEYS[3], 'state') or 'running'
+  if left[1] > 0 or left[2] > 0 or left[3] > 0 or left[4] > 0 or left[5] > 0
+      or state == 'paused' or state == 'stopping' then
+    return {2, left[1], left[2], left[3], left[4], left[5], state}
+  end
+end
+local done_before = tonumber(redis.call('HGET', KEYS[10], 'done') or '0') or 0
 -- the batches taken, read and decoded before any write: {id, entries} (a value that is
 -- not a batch, written by hand, goes back whole, as one entry: dead-lettered by the
 -- worker that takes it as unreadable)
@@ -75,4 +93,4 @@ if control[1] == 'stopping' and string.sub(control[2] or '', 1, 13) == 'LEASED_C
 end
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, deleted, back}
+return {1, deleted, back, done_before}

@@ -16,6 +16,12 @@ if os.environ.get("TESTPROJECT_NO_ADDON", "") not in ("", "0"):
 else:
     ADDONS = {"scrapy_leased.Addon": 100}
 
+# The fault tests restart crawls on purpose and check what carries over: a new run of a
+# finished crawl continues it (LEASED_RESUME) instead of starting afresh, the plugin's
+# default. tests/test_rerun.py sets TESTPROJECT_DEFAULT_RESUME=1 to run with the default.
+if os.environ.get("TESTPROJECT_DEFAULT_RESUME", "") in ("", "0"):
+    LEASED_RESUME = True
+
 ROBOTSTXT_OBEY = False
 LOG_LEVEL = "INFO"
 TELNETCONSOLE_ENABLED = False
