@@ -101,7 +101,7 @@ def test_two_sessions_kept_apart_by_cookiejar(redis_server, start_worker, crawl_
     assert len(items) == 200
     assert Counter(it["session"] for it in items) == {"alice": 100, "bob": 100}
     wrong = [it for it in items if it["user"] != it["session"]]
-    assert wrong == []
+    assert wrong == [], f"{len(wrong)} of 200 pages served to the other session or none"
     assert len({it["worker"] for it in items}) == 2
     r = redis_server.client()
     k = CrawlKeys(crawl_id)
