@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy.utils.misc import load_object
+
 from ._command import exit_if_command_line, runs_plain
 from .config import LeasedConfig, LeasedConfigError
 from .connection import LeasedRedisError, check_reachable
+from .cookies import LeasedCookiesMiddleware
 from .dupefilter import LeasedDupeFilter
 from .logstats import LeasedLogStats
 from .middleware import LeasedFailureMiddleware
@@ -38,6 +41,8 @@ FLEET_STATS_EXTENSION_ORDER = 1000
 #: Next to the engine, so no other spider middleware's process_start runs on a worker
 #: that does not seed the run.
 START_MIDDLEWARE_ORDER = 0
+#: Where Scrapy's CookiesMiddleware is (DOWNLOADER_MIDDLEWARES_BASE), which it replaces.
+COOKIES_MIDDLEWARE_ORDER = 700
 ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 
 logger = logging.getLogger(__name__)
@@ -58,6 +63,40 @@ def check_reactor(settings: Settings) -> None:
             f"TWISTED_REACTOR ({reactor!r}) must be {ASYNCIO_REACTOR!r} (Scrapy's default): "
             "scrapy_leased runs on asyncio. Remove the setting, or set "
             "TWISTED_REACTOR_ENABLED = False to run without a reactor.")
+
+
+def install_cookies(settings: Settings) -> None:
+    """LeasedCookiesMiddleware in place of Scrapy's CookiesMiddleware (at its order),
+    unless cookies are off (COOKIES_ENABLED = False) or the project's
+    DOWNLOADER_MIDDLEWARES names Scrapy's cookies middleware (or this one) itself: then
+    the project decided. With LEASED_SHARED_COOKIES = False it is installed too, keeping
+    the jars per worker (and warning at the first Set-Cookie)."""
+    if not settings.getbool("COOKIES_ENABLED", True):
+        return
+    from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
+
+    middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
+    for cls_or_path in middlewares:
+        try:
+            cls = load_object(cls_or_path) if isinstance(cls_or_path, str) else cls_or_path
+        except (ImportError, NameError, ValueError):
+            continue  # Scrapy names a bad path when it builds the middlewares
+        if cls in (CookiesMiddleware, LeasedCookiesMiddleware):
+            return
+    order = COOKIES_MIDDLEWARE_ORDER
+    for cls_or_path, value in settings.getdict("DOWNLOADER_MIDDLEWARES_BASE").items():
+        try:
+            cls = load_object(cls_or_path) if isinstance(cls_or_path, str) else cls_or_path
+        except (ImportError, NameError, ValueError):
+            continue
+        if cls is CookiesMiddleware:
+            if value is None:
+                return  # taken out of the base: no cookies middleware
+            order = value
+    middlewares[CookiesMiddleware] = None
+    middlewares[LeasedCookiesMiddleware] = order
+    settings.set("DOWNLOADER_MIDDLEWARES", middlewares,
+                 settings.getpriority("DOWNLOADER_MIDDLEWARES") or 0)
 
 
 class Addon:
@@ -93,6 +132,7 @@ class Addon:
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", LeasedRateMiddleware, RATE_MIDDLEWARE_ORDER
         )
+        install_cookies(settings)
         if config.logstats_interval:
             settings.setdefault_in_component_priority_dict(
                 "EXTENSIONS", LeasedLogStats, LOGSTATS_EXTENSION_ORDER

@@ -247,6 +247,9 @@ class LeasedConfig:
     fail_http_codes: frozenset[int]
     retry_errors: bool
     fleet_stats: bool  # LEASED_FLEET_STATS: add this worker's Scrapy stats to the crawl's
+    #: LEASED_SHARED_COOKIES: one cookie jar per ``meta['cookiejar']`` for the whole fleet
+    #: (cookies.py), not one per worker
+    shared_cookies: bool
     #: LEASED_EMBEDDED_DIR as set: resolved (``embedded_dir``) only when the embedded Redis
     #: is used, so that a worker with LEASED_REDIS_URL never touches the project's .scrapy/
     embedded_dir_setting: str
@@ -315,6 +318,7 @@ class LeasedConfig:
             fail_http_codes=fail_codes,
             retry_errors=bool_setting(settings, "LEASED_RETRY_ERRORS", False),
             fleet_stats=bool_setting(settings, "LEASED_FLEET_STATS", True),
+            shared_cookies=bool_setting(settings, "LEASED_SHARED_COOKIES", True),
             embedded_dir_setting=str(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
             connect_timeout=number_setting(settings, "LEASED_CONNECT_TIMEOUT",

@@ -214,6 +214,16 @@ class CrawlKeys:
         class name): key -> {"fence", "updated", "type", "item"} JSON (lua/upsert.lua)."""
         return self._key(f"{prefix}:{item_type}")
 
+    def cookie_jar(self, jar: str) -> str:
+        """HASH: one cookie jar of the crawl, shared by its workers (cookies.py,
+        LeasedCookiesMiddleware; lua/cookies_set.lua): ``jar`` is the JSON of the
+        request's ``meta['cookiejar']`` (``null``: the default jar); field
+        ``<domain>\\n<path>\\n<name>`` -> the cookie as JSON (``domain``, ``path``,
+        ``name``, ``value``, ``expires`` in epoch seconds or null, ``secure``, ...),
+        field ``v`` -> the jar's version, raised by every write. Deleted by ``scrapy leased
+        reset`` and by a fresh run (LEASED_FLUSH_ON_START), like the queue."""
+        return self._key(f"cookies:{jar}")
+
     def kept_by_flush(self, key: str, records_prefix: str = "records") -> bool:
         """Whether a fresh run (LEASED_FLUSH_ON_START, lua/run_flush.lua) keeps ``key``:
         the run and the worker registry (who is starting), the crawl's fixed parameters,

@@ -47,6 +47,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "run_flush": ("lib_time", "lib_keys"),  # run.py: LEASED_FLUSH_ON_START
     "worker_enter": ("lib_time",),  # workerid.py: a starting worker's id, unless in use
     "control": ("lib_time",),  # fleet/admin.py (scrapy leased pause, resume, stop)
+    "cookies_set": ("lib_time",),  # cookies.py: the fleet's cookie jars
     # forget: no helpers (fleet/admin.py, scrapy leased forget)
     # read: several reads with the server time, atomically (read_atomic below)
 }
