@@ -30,6 +30,10 @@ def scrapy(*args: str, plain: bool, redis_url: str) -> subprocess.CompletedProce
         cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120)
 
 
+def keys(url: str) -> set[bytes]:
+    return set(redis.Redis.from_url(url).scan_iter(count=1000))
+
+
 def same_output(a: str, b: str) -> bool:
     """Equal but for timings and object addresses."""
     def norm(s: str) -> str:
@@ -46,6 +50,7 @@ def same_output(a: str, b: str) -> bool:
 ], ids=lambda c: c[0])
 def test_scrapy_commands_run_as_plain_scrapy(command, redis_server, make_site):
     site = make_site(pages=10)
+    before = keys(redis_server.url)
     args = [a.format(url=site.url + "/p/0") for a in command]
     plain = scrapy(*args, plain=True, redis_url=redis_server.url)
     with_addon = scrapy(*args, plain=False, redis_url=redis_server.url)
@@ -58,12 +63,13 @@ def test_scrapy_commands_run_as_plain_scrapy(command, redis_server, make_site):
         out, plain_out = with_addon.stdout, plain.stdout
     assert out.strip(), with_addon.stderr[-2000:]  # it printed something
     assert same_output(out, plain_out), (out, plain_out)
-    assert redis.Redis.from_url(redis_server.url).dbsize() == 0
+    assert keys(redis_server.url) == before  # the session's Redis: other tests' keys
 
 
 def test_bench_writes_nothing_to_redis(redis_server):
+    before = keys(redis_server.url)
     result = scrapy("bench", "-s", "CLOSESPIDER_TIMEOUT=2", plain=False,
                     redis_url=redis_server.url)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "scrapy_leased: off for `scrapy bench`" in result.stderr
-    assert redis.Redis.from_url(redis_server.url).dbsize() == 0
+    assert keys(redis_server.url) == before
