@@ -9,6 +9,7 @@ from ._command import runs_plain
 from .config import LeasedConfig, LeasedConfigError
 from .connection import check_reachable
 from .dupefilter import LeasedDupeFilter
+from .feedexports import install as install_feed_exports
 from .logstats import LeasedLogStats
 from .middleware import LeasedFailureMiddleware
 from .observe.stats import LeasedFleetStats
@@ -79,6 +80,8 @@ class Addon:
             # (restarting, failing over) is waited for, up to LEASED_CONNECT_TIMEOUT
             check_reachable(config.redis_url, timeout=config.connect_timeout)
         settings.set("SCHEDULER", LeasedScheduler, "addon")
+        # feeds flushed before the acks of their pages; %(worker)s in feed URIs
+        install_feed_exports(settings)
         settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", LeasedFailureMiddleware, FAILURE_MIDDLEWARE_ORDER

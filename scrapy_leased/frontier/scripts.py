@@ -44,6 +44,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "run_leave": ("lib_time",),
     "run_flush": ("lib_time",),  # run.py: LEASED_FLUSH_ON_START
     "worker_enter": ("lib_time",),  # workerid.py: a starting worker's id, unless in use
+    "exports_enter": ("lib_time",),  # feedexports.py: its feed files, unless in use
     "control": ("lib_time",),  # fleet/admin.py (scrapy leased pause, resume, stop)
     # forget: no helpers (fleet/admin.py, scrapy leased forget)
     # read: several reads with the server time, atomically (read_atomic below)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,6 +85,10 @@ class CommitWriter:
         #: processing are in Redis, and no call of their own is needed), and sent again
         #: unchanged with it.
         self.stats_delta: Callable[[], list[Any]] | None = None
+        #: Awaited before each send of a batch that acks claims (its retries too): the
+        #: feed files are flushed (feedexports.py), so that what the items of an acked
+        #: page wrote survives a kill -9. An exception stops the writer, as a bug does.
+        self.before_acks: Callable[[], Awaitable[None]] | None = None
 
     @property
     def pending(self) -> bool:
@@ -171,6 +175,8 @@ class CommitWriter:
                 if self.stats_delta is not None and (batch.acks or batch.fails):
                     batch.stats = self.stats_delta()
             batch, call_id = self._held
+            if batch.acks and self.before_acks is not None:
+                await self.before_acks()
             result = await self._send(batch, call_id)
             self._held = None
             self.generation += 1
