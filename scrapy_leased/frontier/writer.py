@@ -16,6 +16,10 @@ little longer and a waiting child is seen by other workers a little later; no gu
 changes (a worker killed meanwhile returns those claims through their leases, as any
 claim not acked yet).
 
+Before each send of a batch that acks claims, ``before_acks`` (when set) is awaited: the
+scheduler flushes the feed files there (feedexports.py), so that the items of an acked
+page are in the operating system before Redis hears of the ack.
+
 An unexpected exception while a batch is sent (a bug: not a RedisError or OSError) does
 not lose the batch: it is held, with its call id, and sent first and unchanged by the
 next try, so that Redis applies it once even if the first try ran (lua/lib_guard.lua).
