@@ -128,3 +128,20 @@ def test_two_workers_with_one_fixed_feed_path_second_stops_at_open(
     items = feed_lines(path)
     assert len(items) == n_pages
     assert {it["url"] for it in items} == {f"{site.url}/p/{i}" for i in range(n_pages)}
+
+
+def test_worker_param_wraps_the_projects_feed_uri_params(
+        redis_server, crawl_id, make_site, start_worker, tmp_path):
+    n_pages = 20
+    site = make_site(pages=n_pages)
+    template = str(tmp_path / "%(tag)s" / "items-%(worker)s.jsonl")
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0", name="w",
+                     settings={"FEED_URI_PARAMS": "testproject.feedparams.params",
+                               "FEEDS": {template: {"format": "jsonlines"}}})
+    assert w.wait(60) == 0, w.log_tail()
+    files = list(tmp_path.glob("tagged-*/items-*.jsonl"))
+    assert len(files) == 1, sorted(p.name for p in tmp_path.rglob("*"))
+    # host-pid-random: the worker id, file-name safe
+    assert f"-{w.pid}-" in files[0].name and ":" not in files[0].name
+    assert files[0].parent.name == f"tagged-{files[0].name[len('items-'):][:3]}"
+    assert len(feed_lines(files[0])) == n_pages
