@@ -12,6 +12,7 @@ from .config import LeasedConfig, LeasedConfigError
 from .connection import LeasedRedisError, check_reachable
 from .cookies import LeasedCookiesMiddleware
 from .dupefilter import LeasedDupeFilter
+from .feedexports import install as install_feed_exports
 from .logstats import LeasedLogStats
 from .middleware import LeasedFailureMiddleware
 from .observe.stats import LeasedFleetStats
@@ -122,6 +123,8 @@ class Addon:
             exit_if_command_line(exc)  # scrapy crawl: one line, exit status 1
             raise
         settings.set("SCHEDULER", LeasedScheduler, "addon")
+        # feeds flushed before the acks of their pages; %(worker)s in feed URIs
+        install_feed_exports(settings)
         settings.set("DUPEFILTER_CLASS", LeasedDupeFilter, "addon")
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", LeasedFailureMiddleware, FAILURE_MIDDLEWARE_ORDER

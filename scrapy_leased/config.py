@@ -260,6 +260,9 @@ class LeasedConfig:
     limits: CloseLimits  # LEASED_CLOSE_*: the fleet-wide limits (0: none)
     budgets: Budgets  # LEASED_RATE*
     upsert: UpsertConfig  # LEASED_UPSERT_*
+    #: LEASED_FEED_FSYNC: fsync the feed files before each commit that acks pages
+    #: (feedexports.py); they are flushed to the operating system either way
+    feed_fsync: bool = False
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> LeasedConfig:
@@ -328,6 +331,7 @@ class LeasedConfig:
             limits=close_limits(settings),
             budgets=Budgets.from_settings(settings),
             upsert=UpsertConfig.from_settings(settings),
+            feed_fsync=bool_setting(settings, "LEASED_FEED_FSYNC", False),
         )
 
     @property

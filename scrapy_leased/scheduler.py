@@ -58,6 +58,13 @@ from .connection import LeasedRedisError, redact
 from .dupefilter import LeasedDupeFilter
 from .feed.drain import FeedDrainer
 from .feed.packer import RequestPacker
+from .feedexports import (
+    ExportFiles,
+    FeedCollisionError,
+    claim_paths,
+    feed_exporter,
+    local_feeds,
+)
 from .frontier import (
     PAUSED,
     RUNNING,
@@ -182,6 +189,8 @@ class LeasedScheduler(BaseScheduler):
         # The claims of the claim reply being taken (_absorb): released when closing if
         # an error left them out of the book
         self._absorbing: list[tuple[int, Any]] = []
+        #: The local feed files this worker writes (feedexports.py), in its registry entry
+        self._exports: list[str] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -242,6 +251,7 @@ class LeasedScheduler(BaseScheduler):
             await self._afresh_if_finished()
         if not self._joined:  # a flush registered this worker, its id checked in one step
             await self._enter()
+        await self._claim_exports(spider)
         state = await client.hget(keys.control, "state")
         if state is not None and state in (STOPPING, STOPPING.encode()):
             # the fleet is stopping: this worker neither seeds nor claims; it closes with
@@ -302,6 +312,31 @@ class LeasedScheduler(BaseScheduler):
                            "worker is %(worker)s", {"taken": ", ".join(taken),
                                                     "crawl": keys.crawl_id,
                                                     "worker": self.worker_id})
+
+    async def _claim_exports(self, spider: Spider) -> None:
+        """The feed exports (feedexports.py): this worker's local feed files recorded in
+        its registry entry, or one error at open when a live worker of the crawl on this
+        host writes one of them; the feed files flushed before each commit that acks."""
+        assert self.frontier is not None and self.writer is not None
+        paths, uncovered = local_feeds(self.crawler, spider)
+        if uncovered:
+            logger.warning("FEEDS: not flushed before the pages of their items are acked, "
+                           "so a worker killed with kill -9 may lose items of acked pages: "
+                           "%(feeds)s (UpsertPipeline keeps every item: docs/upsert.md)",
+                           {"feeds": "; ".join(uncovered)})
+        if paths:
+            self._exports = paths
+            try:
+                await claim_paths(self.frontier.client, self.frontier.keys, self.worker_id,
+                                  int(self.config.worker_ttl * 1000), self._worker_info(),
+                                  paths)
+            except FeedCollisionError as exc:
+                await self.frontier.client.aclose()
+                exit_if_command_line(exc)  # scrapy crawl: one line, exit status 1
+                logger.error("%(error)s", {"error": exc})
+                raise
+        if feed_exporter(self.crawler) is not None:
+            self.writer.before_acks = ExportFiles.for_crawler(self.crawler).make_durable
 
     async def _flush_on_start(self) -> None:
         """LEASED_FLUSH_ON_START: begin a fresh run of the crawl (its frontier state
@@ -1004,7 +1039,7 @@ class LeasedScheduler(BaseScheduler):
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                            "started": self._started, "inflight": len(self.book.claims),
                            "acked": self.stats.get_value("leased/acked", 0),
-                           "control": self._control,
+                           "control": self._control, "exports": self._exports,
                            "capacity": self.concurrency + self.sizer.margin
                            + self.sizer.batch - 1})
 

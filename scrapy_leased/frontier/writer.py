@@ -16,6 +16,10 @@ little longer and a waiting child is seen by other workers a little later; no gu
 changes (a worker killed meanwhile returns those claims through their leases, as any
 claim not acked yet).
 
+Before each send of a batch that acks claims, ``before_acks`` (when set) is awaited: the
+scheduler flushes the feed files there (feedexports.py), so that the items of an acked
+page are in the operating system before Redis hears of the ack.
+
 An unexpected exception while a batch is sent (a bug: not a RedisError or OSError) does
 not lose the batch: it is held, with its call id, and sent first and unchanged by the
 next try, so that Redis applies it once even if the first try ran (lua/lib_guard.lua).
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,6 +89,10 @@ class CommitWriter:
         #: processing are in Redis, and no call of their own is needed), and sent again
         #: unchanged with it.
         self.stats_delta: Callable[[], list[Any]] | None = None
+        #: Awaited before each send of a batch that acks claims (its retries too): the
+        #: feed files are flushed (feedexports.py), so that what the items of an acked
+        #: page wrote survives a kill -9. An exception stops the writer, as a bug does.
+        self.before_acks: Callable[[], Awaitable[None]] | None = None
 
     @property
     def pending(self) -> bool:
@@ -171,6 +179,8 @@ class CommitWriter:
                 if self.stats_delta is not None and (batch.acks or batch.fails):
                     batch.stats = self.stats_delta()
             batch, call_id = self._held
+            if batch.acks and self.before_acks is not None:
+                await self.before_acks()
             result = await self._send(batch, call_id)
             self._held = None
             self.generation += 1
