@@ -117,3 +117,30 @@ def test_status_warns_about_claims_a_worker_holds_without_starting(redis_server,
     # the fast worker is not named
     assert not [w for w in doc["workers"]
                 if w["pid"] != slow.pid and w["id"] in found[0]["message"]]
+
+
+def test_the_quota_of_a_slot_is_what_it_starts_within_a_second():
+    from scrapy_leased._claimsize import slot_quota
+
+    assert slot_quota(0) is None  # no delay: CONCURRENT_REQUESTS bounds it
+    assert slot_quota(5.0) == slot_quota(2.5) == 1  # AutoThrottle's start delay: one
+    assert slot_quota(1.0) == 2 and slot_quota(0.3) == 4 and slot_quota(0.1) == 10
+
+
+def test_a_ready_claim_of_a_full_slot_waits_and_others_pass_it():
+    from scrapy import Request
+
+    from scrapy_leased._claimbook import Claim, ClaimBook
+
+    book = ClaimBook()
+    a = Claim(1, 1, "a.example", slot="a.example")
+    b = Claim(2, 2, "b.example", slot="b.example")
+    book.add(Request("http://a.example/1"), a, suspect=False)
+    book.add(Request("http://b.example/1"), b, suspect=False)
+    full = {"a.example"}
+    taken = book.take(0.0, startable=lambda c: c.slot not in full)
+    assert taken is not None and taken[1] is b
+    assert book.take(0.0, startable=lambda c: c.slot not in full) is None
+    full.clear()
+    taken = book.take(0.0, startable=lambda c: c.slot not in full)
+    assert taken is not None and taken[1] is a
