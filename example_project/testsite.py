@@ -36,6 +36,8 @@ to the listener of its target, so one crawl from ``/p/0`` of the first listener
 visits each of the N pages once, spread over several hosts (use distinct hosts,
 127.0.0.1, 127.0.0.2, ..., for one download slot and one rate budget per host).
 ``delay`` (``--delay``) makes every ``/p/`` page take that many seconds.
+``redirect`` (``--redirect``) makes every page link point to ``/redirect/{j}`` instead of
+``/p/{j}``: each page is reached through one 302 (which takes ``delay`` too).
 
 Every request is logged as a dict::
 
@@ -90,11 +92,13 @@ def page_links(i: int, pages: int) -> list[int]:
     return page_children(i, pages) + page_cross_links(i, pages)
 
 
-def page_html(i: int, pages: int, bases: list[str] | None = None) -> bytes:
+def page_html(i: int, pages: int, bases: list[str] | None = None,
+              route: str = "p") -> bytes:
     """Page i; with ``bases`` (one base URL per listener) links are absolute, page j
-    on ``bases[j % len(bases)]``."""
+    on ``bases[j % len(bases)]``; ``route``: the links' first path segment (``p``, or
+    ``redirect`` for links through a 302)."""
     def href(j: int) -> str:
-        return f"{bases[j % len(bases)]}/p/{j}" if bases else f"/p/{j}"
+        return f"{bases[j % len(bases)]}/{route}/{j}" if bases else f"/{route}/{j}"
 
     links = "\n".join(f'<li><a href="{href(j)}">page {j}</a></li>' for j in page_links(i, pages))
     return (
@@ -150,7 +154,8 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(self.site.delay)
                 if not self.site.gate.is_set():  # held: until release() (in-process Site)
                     self.site.gate.wait(HOLD_TIMEOUT)
-                return self._send(200, page_html(i, pages, self.site.link_bases))
+                return self._send(200, page_html(i, pages, self.site.link_bases,
+                                                 self.site.link_route))
         elif len(parts) == 2 and parts[0] == "slow":
             i = self._page_index(parts[1])
             if i is not None:
@@ -163,6 +168,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif len(parts) == 2 and parts[0] == "redirect":
             i = self._page_index(parts[1])
             if i is not None:
+                if self.site.redirect and self.site.delay > 0:
+                    time.sleep(self.site.delay)
                 return self._send(302, b"", headers={"Location": f"/p/{i}"})
         elif parts == ["goto"]:
             to = parse_qs(split.query).get("to", [""])[0]
@@ -229,7 +236,9 @@ class Site:
     ``Site(ports=3, distinct_hosts=True)`` -> 127.0.0.1, 127.0.0.2, 127.0.0.3.
     ``port``: fixed port for the first listener (default 0 = free port).
     ``spread``: split the pages between the listeners, with absolute links (see the
-    module docstring).  ``delay``: seconds every ``/p/`` page takes.  :meth:`hold`
+    module docstring).  ``delay``: seconds every ``/p/`` page takes.  ``redirect``:
+    page links go through ``/redirect/{j}`` (a 302 to ``/p/{j}``, taking ``delay``
+    too).  :meth:`hold`
     makes ``/p/`` pages wait until :meth:`release` (at most ``HOLD_TIMEOUT`` seconds), so
     a test knows a crawl cannot move on, nor end, in between.
     """
@@ -244,6 +253,7 @@ class Site:
         port: int = 0,
         spread: bool = False,
         delay: float = 0.0,
+        redirect: bool = False,
     ) -> None:
         if pages < 1:
             raise ValueError("pages must be >= 1")
@@ -260,6 +270,8 @@ class Site:
         self._first_port = port
         self.spread = spread
         self.delay = delay
+        self.redirect = redirect
+        self.link_route = "redirect" if redirect else "p"
         self.gate = threading.Event()  # set: pages are answered (hold() clears it)
         self.gate.set()
         self.link_bases: list[str] | None = None  # set at start when spread
@@ -536,12 +548,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ap.add_argument("--spread", action="store_true",
                     help="page j on listener j %% ports, absolute links (one crawl covers all hosts)")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds each /p/ page takes")
+    ap.add_argument("--redirect", action="store_true",
+                    help="page links go through /redirect/J (a 302 to /p/J)")
     ns = ap.parse_args(argv)
     if ns.host is not None and ns.distinct_hosts:
         ap.error("--host and --distinct-hosts exclude each other")
     site = Site(pages=ns.pages, log_path=ns.log, ports=ns.ports, distinct_hosts=ns.distinct_hosts,
                 hosts=None if ns.host is None else [ns.host] * ns.ports,
-                port=ns.port, spread=ns.spread, delay=ns.delay)
+                port=ns.port, spread=ns.spread, delay=ns.delay, redirect=ns.redirect)
     site.start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

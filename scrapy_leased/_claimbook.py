@@ -15,6 +15,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Request
 
     from .frontier import Revisit
@@ -22,10 +24,13 @@ if TYPE_CHECKING:
 
 class Claim:
     __slots__ = ("token", "rid", "lane", "priority", "outstanding", "failure", "permanent",
-                 "lost", "current", "revisit")
+                 "lost", "current", "revisit", "since", "slot")
 
-    def __init__(self, token: int, rid: int, lane: str, priority: int = 0) -> None:
+    def __init__(self, token: int, rid: int, lane: str, priority: int = 0,
+                 since: float = 0.0, slot: str | None = None) -> None:
         self.token = token
+        self.since = since  # time.monotonic() of its claim
+        self.slot = slot  # the key of the Scrapy download slot its request goes to
         self.rid = rid
         self.lane = lane
         self.priority = priority  # the claimed request's (its tier, if it is requeued)
@@ -80,10 +85,14 @@ class ClaimBook:
         """The loop time of the first deferred request, None when none waits."""
         return self.deferred[0][0] if self.deferred else None
 
-    def take(self, now: float, fresh: bool = True) -> tuple[Request, Claim, str] | None:
+    def take(self, now: float, fresh: bool = True,
+             startable: Callable[[Claim], bool] | None = None
+             ) -> tuple[Request, Claim, str] | None:
         """The next request to hand to the engine, and where it was ("memory",
         "redis"), or None: none now. Without ``fresh`` (the fleet is paused), only the
-        continuations of claims already started: no claim is started."""
+        continuations of claims already started: no claim is started. ``startable``:
+        whether a claim's download slot has room for it now (_claimsize.py: throttled
+        slots); the first ready claim that has is taken."""
         where = "memory"
         if self.deferred and self.deferred[0][0] <= now:
             _, _, request, claim = heapq.heappop(self.deferred)
@@ -92,7 +101,14 @@ class ClaimBook:
         elif self.isolated is not None or not fresh:
             return None
         elif self.ready:
-            request, claim = self.ready.popleft()
+            if startable is None or startable(self.ready[0][1]):
+                request, claim = self.ready.popleft()
+            else:
+                at = next((i for i, (_, c) in enumerate(self.ready) if startable(c)), None)
+                if at is None:
+                    return None  # every slot of the ready claims is full
+                request, claim = self.ready[at]
+                del self.ready[at]
             where = "redis"
         elif self.suspects:
             if self.handed:
@@ -167,6 +183,23 @@ class ClaimBook:
             queue.clear()
             queue.extend(keep)
         return dropped
+
+    def take_back(self, tokens: set[int]) -> list[tuple[Request, Claim]]:
+        """Remove the ready claims of ``tokens`` (to give them back); returns them."""
+        out = [(r, c) for r, c in self.ready if c.token in tokens]
+        if out:
+            keep = [(r, c) for r, c in self.ready if c.token not in tokens]
+            self.ready.clear()
+            self.ready.extend(keep)
+            for _, claim in out:
+                self.claims.pop(claim.token, None)
+        return out
+
+    def put_back(self, taken: list[tuple[Request, Claim]]) -> None:
+        """Ready claims ``take_back`` removed, whose release failed: held again."""
+        for request, claim in reversed(taken):
+            self.claims[claim.token] = claim
+            self.ready.appendleft((request, claim))
 
     def unstarted(self) -> list[tuple[int, str]]:
         """(token, lane) of every claim still held: to release when closing."""

@@ -30,6 +30,18 @@ call (with the commit that rides along, frontier/writer.py) serves several pages
 calls to Redis per page for the fleet. With ``LEASED_PREFETCH`` set, ``batch`` is 1
 (claims as before: the set prefetch is the whole margin).
 
+Throttled download slots. A Scrapy download slot with a delay (``DOWNLOAD_DELAY``,
+``DOWNLOAD_SLOTS``, AutoThrottle's ``slot.delay``) starts one request per delay, however
+many wait in it; a request waiting there is a claim no other worker can take. So for a
+lane whose slot has a delay, a worker holds (claimed, not started: waiting in the slot
+or in the claim book) at most what the slot starts within ``SOON_SECONDS``:
+``1 + SOON_SECONDS // delay`` (``slot_quota``), claims no more for it, and hands the
+engine a request of it only while the slot holds fewer than that. A claim that still
+waits after ``GIVE_BACK_SECONDS`` for a slot that has no room (the delay grew, or a claim
+took more of the lane than asked) is given back (released to the front of its lane) for
+the other workers. A lane's rate budget (``LEASED_RATE``) already paces its claims
+(lua/claim.lua claims at the budget's rate).
+
 Each claim names at most ``batch + CANDIDATE_SLACK`` candidate lanes (the ones ready
 longest first, as the last claim reported them): what a claim of that size needs, a few
 more for lanes another worker emptied meanwhile; every lane passed costs Redis time in
@@ -45,6 +57,20 @@ import time
 ALPHA = 0.1
 #: Candidate lanes passed to a claim beyond the number of requests it asks for.
 CANDIDATE_SLACK = 4
+#: A throttled download slot is given claims for what it starts within this many seconds.
+SOON_SECONDS = 1.0
+#: A claim not handed out this long after its claim, for a slot with no room, goes back.
+GIVE_BACK_SECONDS = 2.0
+
+
+def slot_quota(delay: float) -> int | None:
+    """How many requests a download slot with this ``delay`` (seconds between two
+    starts) starts within ``SOON_SECONDS``: what a worker holds unstarted for it at
+    most. None without a delay: the slot starts what it gets (CONCURRENT_REQUESTS
+    bounds it)."""
+    if not delay or delay <= 0:
+        return None
+    return 1 + int(SOON_SECONDS // delay)
 
 
 class ClaimSizer:

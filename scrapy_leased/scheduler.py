@@ -33,6 +33,7 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -46,7 +47,7 @@ from twisted.python.failure import Failure as TwistedFailure
 from . import signals as leased_signals
 from ._cancel import cancel_and_wait
 from ._claimbook import Claim, ClaimBook
-from ._claimsize import ClaimSizer
+from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota
 from ._command import exit_if_command_line
 from ._compat import asyncio_loop_in_use
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
@@ -99,6 +100,10 @@ RETRY_CAP_SECONDS = 2.0
 #: A seeding worker with no room for more claims reads start() on, at most this many
 #: start requests ahead of what is written to Redis.
 START_BUFFER = 1000
+#: While a throttled slot's next start is due, the engine is woken this often (at most).
+SLOT_POLL_SECONDS = 0.1
+#: Lanes whose download slot this worker remembers (lane -> slot key), at most.
+LANE_SLOTS_MAX = 4096
 #: The close reason of a worker closed by the fleet's ``stopping`` state (``scrapy leased
 #: stop``, or a LEASED_CLOSE_* limit reached by the fleet).
 STOP_REASON = "leased_stopped"
@@ -191,6 +196,14 @@ class LeasedScheduler(BaseScheduler):
         self._absorbing: list[tuple[int, Any]] = []
         #: The local feed files this worker writes (feedexports.py), in its registry entry
         self._exports: list[str] = []
+        # Throttled download slots (_claimsize.py): the slot key of each lane claimed
+        # from, the requests handed to the engine that have not reached their slot yet
+        # (request -> slot key), the timer that wakes the engine when a full slot may
+        # start its next request, the claims being given back (released when closing)
+        self._lane_slot: dict[str, str] = {}
+        self._approaching: dict[Request, str] = {}
+        self._slot_timer: asyncio.TimerHandle | None = None
+        self._giving: list[tuple[int, str]] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -276,6 +289,7 @@ class LeasedScheduler(BaseScheduler):
         sig.connect(self._on_spider_error, signals.spider_error)
         sig.connect(self._on_item_error, signals.item_error)
         sig.connect(self._on_request_failed, leased_signals.request_failed)
+        sig.connect(self._on_reached_downloader, signals.request_reached_downloader)
         self._kick = Kick()
         self._round_done = asyncio.Event()
         self.keeper = LeaseKeeper(
@@ -445,9 +459,12 @@ class LeasedScheduler(BaseScheduler):
         if not await self.writer.drain(timeout=max(30.0, self.config.lease_seconds), final=True):
             logger.error("Could not write everything to Redis before closing; the claims "
                          "concerned return to the queue when their leases expire")
+        if self._slot_timer is not None:
+            self._slot_timer.cancel()
+            self._slot_timer = None
         # Claims still here were never started (or wait for a retry): give them back,
-        # with those of a claim call whose reply was lost.
-        tokens = self.book.unstarted()
+        # with those of a claim call whose reply was lost, and those being given back.
+        tokens = self.book.unstarted() + self._giving
         tokens += [(token, env.lane) for token, env in self._absorbing
                    if token not in self.book.claims and token not in self.book.settling]
         try:
@@ -535,14 +552,19 @@ class LeasedScheduler(BaseScheduler):
 
     def next_request(self) -> Request | None:
         taken = self.book.take(asyncio.get_running_loop().time(),
-                               fresh=self._control == RUNNING)
+                               fresh=self._control == RUNNING, startable=self._startable)
         if taken is None:
-            if self.book.wants_more():
+            held = bool(self.book.ready) and self._control == RUNNING
+            if held:  # the slots of the ready claims are full: hand them out later
+                self._arm_slot_timer({c.slot for _, c in self.book.ready if c.slot})
+            if held or self.book.wants_more():
                 self._want_claims()
             return None
-        request, _, where = taken
+        request, claim, where = taken
         if where == "redis":
             self.sizer.handed_out()
+            if claim.slot is not None:
+                self._approaching[request] = claim.slot
         self.stats.inc_value(f"scheduler/dequeued/{where}")
         self.stats.inc_value("scheduler/dequeued")
         if self._kick is not None and len(self.book.ready) < self.concurrency // 2:
@@ -674,6 +696,7 @@ class LeasedScheduler(BaseScheduler):
     # -- completion ------------------------------------------------------------------
 
     def _on_request_finished(self, request: Request) -> None:
+        self._approaching.pop(request, None)
         claim = self.book.finished(request)
         if claim is not None:
             self._settle(claim)
@@ -850,23 +873,32 @@ class LeasedScheduler(BaseScheduler):
         while running(lambda: self._closing):
             self._rounds_started += 1
             round_ = self._rounds_started
+            await self._give_back()
             want = self._capacity()
             wait = self.config.idle_poll
-            if self.sizer.worth_claiming(want, self.book.waiting()) \
+            asked, cap, full = self._candidates(max(want, 0))
+            if cap is not None:
+                want = min(want, cap)
+            if full and not asked and self._control == RUNNING:
+                # every ready lane's throttled download slot holds what it starts soon:
+                # claim when one of them starts its next request
+                slot_wait = self._slot_wait(full)
+                if slot_wait is not None:
+                    wait = min(wait, slot_wait)
+            elif self.sizer.worth_claiming(want, self.book.waiting()) \
                     or self._control != RUNNING:  # paused: ask until resumed
                 generation = self.writer.generation
                 self.writer.flush()  # the commit waiting rides along with the claim
                 try:
                     want = max(want, 0)
                     sent = time.monotonic()
-                    asked = self._candidates(want)
                     result = await self.frontier.claim(want, self.worker_id, asked)
                     self._absorbing = result.claims
                     self.sizer.claimed(time.monotonic() - sent)
                     if len(result.claims) < want and self._more_candidates(result, asked):
                         # ready lanes this claim did not name (others emptied some)
                         self._lanes = result.ready_lanes
-                        result = await self._claim_more(result, want)
+                        result = await self._claim_more(result, want, asked)
                         self._absorbing = result.claims
                 except (RedisError, OSError) as exc:
                     self._round_finished()
@@ -929,6 +961,152 @@ class LeasedScheduler(BaseScheduler):
         self._warn.clear("feed")
         return taken > 0
 
+    def _on_reached_downloader(self, request: Request, spider: Spider) -> None:
+        self._approaching.pop(request, None)  # in its slot's queue now
+
+    # -- throttled download slots (_claimsize.py) -------------------------------------
+
+    def _downloader(self) -> Any:
+        return getattr(self.crawler.engine, "downloader", None)
+
+    def _slot_key(self, request: Request) -> str | None:
+        """The key of the Scrapy download slot ``request`` goes to."""
+        get = getattr(self._downloader(), "get_slot_key", None)
+        if get is None:
+            return None
+        try:
+            return str(get(request))
+        except Exception:  # a project's downloader: no slot to look at
+            return None
+
+    def _slot_delay(self, key: str) -> float:
+        """The delay of download slot ``key`` (AutoThrottle changes it), or the delay a
+        new one gets (DOWNLOAD_DELAY, DOWNLOAD_SLOTS, AUTOTHROTTLE_START_DELAY)."""
+        downloader = self._downloader()
+        slot = getattr(downloader, "slots", {}).get(key)
+        if slot is not None:
+            return float(getattr(slot, "delay", 0) or 0)
+        per_slot = getattr(downloader, "per_slot_settings", None) or {}
+        default = getattr(downloader, "_delay", 0) or 0
+        try:
+            return float(per_slot.get(key, {}).get("delay", default) or 0)
+        except (TypeError, ValueError, AttributeError):
+            return 0.0
+
+    def _slot_pending(self, key: str) -> tuple[int | None, int]:
+        """(quota, pending) of download slot ``key``: how many requests it starts soon
+        (None: no delay, no bound) and how many of this worker's wait to start in it
+        (in its queue, or handed to the engine and not there yet)."""
+        quota = slot_quota(self._slot_delay(key))
+        if quota is None:
+            return None, 0
+        slot = getattr(self._downloader(), "slots", {}).get(key)
+        queued = len(getattr(slot, "queue", ())) if slot is not None else 0
+        return quota, queued + sum(1 for k in self._approaching.values() if k == key)
+
+    def _startable(self, claim: Claim) -> bool:
+        """Whether the download slot of ``claim`` has room for it now."""
+        if claim.slot is None:
+            return True
+        quota, pending = self._slot_pending(claim.slot)
+        return quota is None or pending < quota
+
+    def _slot_wait(self, keys: set[str]) -> float | None:
+        """Seconds until one of these throttled download slots may start its next
+        request (then polled every SLOT_POLL_SECONDS at most); None: none is known."""
+        slots = getattr(self._downloader(), "slots", {})
+        now = time.monotonic()  # Scrapy's slot.lastseen is time.monotonic()
+        best: float | None = None
+        for key in keys:
+            slot = slots.get(key)
+            delay = float(getattr(slot, "delay", 0) or 0) if slot is not None else 0.0
+            if delay <= 0:
+                continue
+            wait = float(getattr(slot, "lastseen", 0) or 0) + delay - now
+            if wait <= 0:
+                wait = min(SLOT_POLL_SECONDS, delay / 4)
+            best = wait if best is None else min(best, wait)
+        return None if best is None else max(0.01, best)
+
+    def _arm_slot_timer(self, keys: set[str]) -> None:
+        if self._slot_timer is not None or self._closing:
+            return
+        wait = self._slot_wait(keys)
+        if wait is not None:
+            self._slot_timer = asyncio.get_running_loop().call_later(wait, self._slot_freed)
+
+    def _slot_freed(self) -> None:
+        self._slot_timer = None
+        self._wake_engine()
+        if self._kick is not None:
+            self._kick.set()
+
+    async def _give_back(self) -> None:
+        """Release the ready claims that waited more than GIVE_BACK_SECONDS for a
+        download slot with no room for them: the other workers take them."""
+        if not self.book.ready or self._control != RUNNING or self.frontier is None:
+            return
+        now = time.monotonic()
+        room: dict[str, int | None] = {}
+        stale: set[int] = set()
+        for _, claim in self.book.ready:
+            key = claim.slot
+            if key is None:
+                continue
+            if key not in room:
+                quota, pending = self._slot_pending(key)
+                room[key] = None if quota is None else quota - pending
+            left = room[key]
+            if left is None:
+                continue
+            if left > 0:
+                room[key] = left - 1  # handed out next
+            elif now - claim.since > GIVE_BACK_SECONDS:
+                stale.add(claim.token)
+        if not stale:
+            return
+        taken = self.book.take_back(stale)
+        self._giving = [(claim.token, claim.lane) for _, claim in taken]
+        try:
+            released = await self.frontier.release(self.worker_id, self._giving, leave=False)
+        except (RedisError, OSError) as exc:
+            # held again; if the release did run, the next renewal finds them lost and
+            # drops them (they were never started)
+            self.book.put_back(taken)
+            self._warn("give_back", "Cannot give back claims to Redis, retrying: %s", exc)
+            return
+        finally:
+            self._giving = []
+        self._warn.clear("give_back")
+        self.stats.inc_value("leased/given_back", released)
+        logger.debug("Gave back %(n)d claims that waited for a throttled download slot "
+                     "(DOWNLOAD_DELAY, AutoThrottle)", {"n": released})
+
+    def _holding(self) -> tuple[int, float, float]:
+        """Claims this worker holds and has not started (claimed, or waiting in a
+        download slot's queue): how many, the longest any has waited (seconds), the
+        largest delay of their download slots."""
+        now = time.monotonic()
+        n, oldest, delay = 0, 0.0, 0.0
+        for _, claim in [*self.book.ready, *self.book.suspects]:
+            n += 1
+            oldest = max(oldest, now - claim.since)
+            if claim.slot is not None:
+                delay = max(delay, self._slot_delay(claim.slot))
+        handed = self.book.handed
+        for slot in list(getattr(self._downloader(), "slots", {}).values()):
+            for request, _ in list(getattr(slot, "queue", ())):
+                held = handed.get(request)
+                if held is not None:
+                    n += 1
+                    oldest = max(oldest, now - held.since)
+                    delay = max(delay, float(getattr(slot, "delay", 0) or 0))
+        return n, oldest, delay
+
+    def _holding_info(self) -> tuple[int, float, float]:
+        n, oldest, delay = self._holding()
+        return n, round(oldest, 1), round(delay, 3)
+
     def _absorb(self, result: ClaimResult, sent: float) -> None:
         """Take the claims of ``result``, from a claim call sent at ``sent``
         (time.monotonic()). Their ``META_FREE_SINCE`` is ``sent``, not the reply's
@@ -938,7 +1116,7 @@ class LeasedScheduler(BaseScheduler):
         assert self.spider is not None and self.writer is not None
         claimed_at = sent
         for token, env in result.claims:
-            claim = Claim(token, env.rid, env.lane, env.priority)
+            claim = Claim(token, env.rid, env.lane, env.priority, since=time.monotonic())
             try:
                 request = self.codec.decode(env.payload, self.spider, env.priority)
                 after_ms = revisit_ms(request, self.config.revisit_after_ms)
@@ -955,6 +1133,11 @@ class LeasedScheduler(BaseScheduler):
                                              rid=env.rid, priority=env.priority))
                 continue
             request.meta[META_CLAIM] = token
+            claim.slot = self._slot_key(request)
+            if claim.slot is not None and self._lane_slot.get(env.lane) != claim.slot:
+                if len(self._lane_slot) >= LANE_SLOTS_MAX:
+                    self._lane_slot.pop(next(iter(self._lane_slot)))
+                self._lane_slot[env.lane] = claim.slot
             if env.lane in result.free_lanes:
                 request.meta[META_FREE_SINCE] = claimed_at
             self.book.add(request, claim, suspect=bool(env.expiries))
@@ -962,7 +1145,8 @@ class LeasedScheduler(BaseScheduler):
             if env.attempts:
                 self.stats.inc_value("leased/claimed_retry")
 
-    async def _claim_more(self, first: ClaimResult, want: int) -> ClaimResult:
+    async def _claim_more(self, first: ClaimResult, want: int,
+                          first_asked: list[tuple[str, Budget]]) -> ClaimResult:
         """A second claim, for what ``first`` did not get, from the lanes it reported
         ready; the claims of both in the result (``first`` alone when the second call
         fails: it is sent again by the next claim, Frontier._pending_claim). It continues
@@ -970,8 +1154,14 @@ class LeasedScheduler(BaseScheduler):
         claims (claim.lua keeps those alone)."""
         assert self.frontier is not None
         rest = want - len(first.claims)
+        # not the lanes ``first`` named: its claims are not in the book yet
+        asked, cap, _ = self._candidates(rest, frozenset(lane for lane, _ in first_asked))
+        if cap is not None:
+            rest = min(rest, cap)
+        if rest <= 0 or not asked:
+            return first
         try:
-            more = await self.frontier.claim(rest, self.worker_id, self._candidates(rest),
+            more = await self.frontier.claim(rest, self.worker_id, asked,
                                              continues=bool(first.claims))
         except (RedisError, OSError):
             if not first.claims:
@@ -981,15 +1171,49 @@ class LeasedScheduler(BaseScheduler):
         more.free_lanes |= first.free_lanes
         return more
 
-    def _candidates(self, want: int) -> list[tuple[str, Budget]]:
+    def _candidates(self, want: int, exclude: frozenset[str] = frozenset()
+                    ) -> tuple[list[tuple[str, Budget]], int | None, set[str]]:
         """Lanes to claim ``want`` requests from: those last reported ready (ready
         longest first), except lanes this worker already holds waiting requests for
-        (their budget is spoken for); as many as a claim of that size needs
-        (_claimsize.py: every lane named costs Redis time)."""
+        (their budget is spoken for) and lanes whose throttled download slot holds what
+        it starts soon already (_claimsize.py); as many as a claim of that size needs
+        (every lane named costs Redis time). Also the most to claim from them (None: no
+        bound; the room of their throttled slots otherwise) and the keys of the full
+        slots whose lanes were left out."""
         waiting = self.book.waiting_lanes()
-        lanes = [lane for lane in self._lanes if lane not in waiting]
-        return [(lane, self.budgets.for_lane(lane))
-                for lane in lanes[:self.sizer.candidates(want)]]
+        limit = self.sizer.candidates(want)
+        rooms: dict[str, int | None] = {}
+        ready_by_slot: Counter[str] | None = None
+        picked: list[str] = []
+        full: set[str] = set()
+        cap: int | None = 0
+        for lane in self._lanes:
+            if lane in waiting or lane in exclude:
+                continue
+            key = self._lane_slot.get(lane, lane)
+            if key not in rooms:
+                quota, pending = self._slot_pending(key)
+                if quota is None:
+                    rooms[key] = None
+                else:
+                    if ready_by_slot is None:
+                        ready_by_slot = Counter(c.slot for _, c in self.book.ready if c.slot)
+                    rooms[key] = max(0, quota - pending - ready_by_slot[key])
+            room = rooms[key]
+            if room == 0:
+                full.add(key)
+                continue
+            if room is None:
+                cap = None
+            picked.append(lane)
+            if len(picked) >= limit:
+                break
+        if not picked:
+            cap = None  # nothing named: the claim reports the ready lanes
+        elif cap is not None:  # every lane named is throttled: their slots' room
+            slots = {self._lane_slot.get(lane, lane) for lane in picked}
+            cap = sum(rooms[key] or 0 for key in slots)
+        return [(lane, self.budgets.for_lane(lane)) for lane in picked], cap, full
 
     def _more_candidates(self, result: ClaimResult, asked: list[tuple[str, Budget]]) -> bool:
         """Whether ``result`` reports ready lanes that its claim did not name."""
@@ -1040,6 +1264,9 @@ class LeasedScheduler(BaseScheduler):
                            "started": self._started, "inflight": len(self.book.claims),
                            "acked": self.stats.get_value("leased/acked", 0),
                            "control": self._control, "exports": self._exports,
+                           # claims held, not started (_claimsize.py: throttled slots)
+                           **dict(zip(("unstarted", "unstarted_s", "slot_delay"),
+                                      self._holding_info())),
                            "capacity": self.concurrency + self.sizer.margin
                            + self.sizer.batch - 1})
 

@@ -219,7 +219,9 @@ class FleetAdmin:
                 alive=now_ms - int(score) < self.worker_ttl_ms,
                 inflight=info.get("inflight"), acked=info.get("acked"),
                 capacity=info.get("capacity"), host=info.get("host"), pid=info.get("pid"),
-                started=info.get("started"), control=info.get("control")))
+                started=info.get("started"), control=info.get("control"),
+                unstarted=info.get("unstarted"), unstarted_s=info.get("unstarted_s"),
+                slot_delay=info.get("slot_delay")))
         out.sort(key=lambda w: (not w.alive, w.id))
         return out
 

@@ -13,11 +13,13 @@ ORPHAN_MIN = 10  # ... and above it by at least this many requests
 IDLE_SHARE = 0.5  # below this share of their capacity in use, live workers are idle
 DEAD_MIN = 2  # dead letters added within the window before "climbing" is said ...
 DEAD_SHARE = 0.05  # ... and at least this share of the requests settled meanwhile
+HOLD_WARN_S = 10.0  # a worker's claim not started after this many seconds: "holding"
 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    code: str  # "no_workers", "orphaned", "stuck", "dead_climbing" ("memory": the command)
+    code: str  # "no_workers", "orphaned", "stuck", "dead_climbing", "holding" ("memory":
+    # the command)
     message: str
 
 
@@ -33,6 +35,9 @@ def diagnose(cur: Snapshot, prev: Snapshot | None = None,
       their capacity: with every slot busy, a flat done only means slow pages); not
       while the fleet is paused.
     - ``dead_climbing`` (needs ``prev``): dead letters are being added fast.
+    - ``holding``: a live worker holds claims it has not started for ``HOLD_WARN_S``
+      or longer (its download slot's delay, or the engine not taking them; not
+      while the fleet is paused): no other worker can take them. Needs ``cur.workers``.
     """
     out: list[Diagnosis] = []
     if cur.workers_alive == 0 and (cur.todo or cur.processing):
@@ -46,6 +51,17 @@ def diagnose(cur: Snapshot, prev: Snapshot | None = None,
             f"processing {cur.processing:,} is much larger than the capacity of the "
             f"{cur.workers_alive} live workers ({capacity:,}): workers are dying without "
             f"finishing, and recovery is carrying the load")))
+    if cur.control.state != "paused":
+        for w in cur.workers:
+            if w.alive and w.unstarted and (w.unstarted_s or 0) >= HOLD_WARN_S:
+                why = (f"its download slot starts one request every {w.slot_delay:g} s "
+                       f"(DOWNLOAD_DELAY, AutoThrottle)" if w.slot_delay
+                       else "its downloader does not take them")
+                out.append(Diagnosis("holding", (
+                    f"worker {w.id} holds {w.unstarted:,} claims it has not started, one "
+                    f"for {w.unstarted_s:.0f} s: {why}; no other worker can take them "
+                    f"(for politeness across the fleet use LEASED_RATE, not a delay per "
+                    f"worker)")))
     if prev is None:
         return out
     seconds = (cur.now_ms - prev.now_ms) / 1000

@@ -23,6 +23,12 @@ class WorkerState:
     pid: int | None = None
     started: float | None = None  # its own clock, epoch seconds
     control: str | None = None  # the control state it saw last (running, paused, stopping)
+    #: Claims it held and had not started (claimed, or waiting in a download slot's
+    #: queue), the longest any of them had waited (seconds), and the largest delay of
+    #: their download slots (DOWNLOAD_DELAY, AutoThrottle), at its last heartbeat
+    unstarted: int | None = None
+    unstarted_s: float | None = None
+    slot_delay: float | None = None
 
     def process_gone(self) -> bool:
         """True when the worker ran on this machine and its process no longer exists

@@ -610,15 +610,17 @@ class Frontier:
         self._control(as_str(out[1]))
         return [int(t) for t in out[2:]]
 
-    async def release(self, worker_id: str, claims: Sequence[int | tuple[int, str]]) -> int:
+    async def release(self, worker_id: str, claims: Sequence[int | tuple[int, str]],
+                      leave: bool = True) -> int:
         """Give back unstarted claims: tokens, or (token, lane) (the lane is not needed:
         each claim's lane and priority are read from Redis first). Only the claims
-        ``worker_id`` owns are released (and counted)."""
+        ``worker_id`` owns are released (and counted). ``leave``: the worker leaves the
+        registry (it is closing); else it stays (it gives back claims while running)."""
         k = self.keys
         keys = [k.lanes, k.todo, k.stats, k.leases, k.inflight, k.workers, k.worker_info,
                 k.owners]
         extra = ExtraKeys(keys)
-        args: list[Any] = [worker_id]
+        args: list[Any] = [worker_id, 1 if leave else 0]
         tokens = [_lane_and_token(item)[0] for item in claims]
         envs = await self.client.hmget(k.inflight, tokens) if tokens and worker_id else []
         for token, raw in zip(tokens, envs):

@@ -1,0 +1,146 @@
+"""Throttled download slots do not hoard claims (issue #25, item 4).
+
+With AutoThrottle (or DOWNLOAD_DELAY) a worker's download slot starts one request per
+delay; a worker claims no more for a lane than that slot starts soon and gives back
+what waits too long, so the other workers take it. Real ``scrapy crawl`` workers, a real
+redis-server, the local test site in its redirect mode (every page reached through one
+302, each answer taking some latency): 2 workers finish no slower than 1 (ratio
+measured in one test run, side by side), nothing lost or fetched twice. And ``scrapy
+leased status`` warns about a worker holding claims it does not start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests.support.workers import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = REPO / "tests" / "project"
+
+PAGES = 40
+LATENCY = 0.05  # seconds each page and each redirect takes
+RATIO = 1.1  # 2 workers' wall time / 1 worker's, at most
+AUTOTHROTTLE = {"AUTOTHROTTLE_ENABLED": True}  # Scrapy's AutoThrottle defaults otherwise
+
+
+def _crawl(start_worker: Any, redis_url: str, crawl_id: str, site: Any, n: int,
+           tag: str) -> tuple[float, list[Any]]:
+    """Run ``n`` workers of one crawl of ``site`` to the end; (wall time, workers)."""
+    settings = {**AUTOTHROTTLE, **(start_worker.barrier(n) if n > 1 else {})}
+    t0 = time.monotonic()
+    workers = [start_worker(redis_url, crawl_id, site.url + "/p/0", settings=settings,
+                            name=f"{tag}-w{k + 1}") for k in range(n)]
+    for w in workers:
+        assert w.wait(120) == 0, start_worker.report()
+    wall = time.monotonic() - t0
+    for w in workers:
+        assert w.close_reason() == "finished", w.log_tail()
+    return wall, workers
+
+
+def _check_pages(site: Any, workers: list[Any]) -> None:
+    """Every page scraped once (done == N), each fetched once plus its redirect."""
+    items = [it for w in workers for it in w.items()]
+    urls = Counter(it["url"] for it in items)
+    assert len(items) == PAGES and len(urls) == PAGES, urls.most_common(3)
+    fetched = Counter(e["path"] for e in site.entries())
+    want = Counter({f"/p/{i}": 1 for i in range(PAGES)})
+    want.update({f"/redirect/{i}": 1 for i in range(1, PAGES)})  # /p/0: the start URL
+    assert fetched == want, (fetched - want, want - fetched)
+    acked = sum(w.stats().get("leased/acked", 0) for w in workers)
+    assert acked == 2 * PAGES - 1  # each page and each redirect, once
+
+
+def test_autothrottle_two_workers_are_not_slower_than_one(redis_server, crawl_id, make_site,
+                                                          start_worker):
+    site = make_site(pages=PAGES, delay=LATENCY, redirect=True)
+    one, w1 = _crawl(start_worker, redis_server.url, crawl_id + "-1", site, 1, "one")
+    _check_pages(site, w1)
+    site.clear_log()
+    two, w2 = _crawl(start_worker, redis_server.url, crawl_id + "-2", site, 2, "two")
+    _check_pages(site, w2)
+    share = [(len(w.items()), w.stats().get("leased/acked", 0),
+              w.stats().get("leased/given_back", 0)) for w in w2]
+    print(f"AutoThrottle, {PAGES} pages through a redirect each: 1 worker {one:.1f} s, "
+          f"2 workers {two:.1f} s (ratio {two / one:.2f}; (pages, acked, given back) per "
+          f"worker {share})")
+    assert two <= RATIO * one, (one, two, share)
+
+
+def _status(url: str, crawl_id: str, check: bool = True) -> dict[str, Any] | None:
+    """``scrapy leased status --json``; None when it fails and not ``check`` (the crawl
+    has no key in Redis yet)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPY_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    out = subprocess.run([sys.executable, "-m", "scrapy", "leased", "status", crawl_id,
+                          "--json", "--sample", "0", "--redis-url", url], cwd=PROJECT,
+                         env=env, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 and not check:
+        return None
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    doc: dict[str, Any] = json.loads(out.stdout)
+    return doc
+
+
+def test_status_warns_about_claims_a_worker_holds_without_starting(redis_server, crawl_id,
+                                                                   make_site, start_worker):
+    # one worker with a DOWNLOAD_DELAY far above the other's: the claims it holds wait
+    # in its download slot, where no other worker can take them
+    site = make_site(pages=200, delay=0.2)
+    barrier = start_worker.barrier(2)
+    slow = start_worker(redis_server.url, crawl_id, site.url + "/p/0", name="slow",
+                        settings={**barrier, "DOWNLOAD_DELAY": 60,
+                                  "DOWNLOAD_DELAY_JITTER": 0, "LEASED_RENEW_INTERVAL": 0.5})
+    start_worker(redis_server.url, crawl_id, site.url + "/p/0", name="fast",
+                 settings={**barrier, "CONCURRENT_REQUESTS": 2})
+    found: list[dict[str, Any]] = []
+
+    def warned() -> bool:
+        doc = _status(redis_server.url, crawl_id, check=False)
+        found[:] = [w for w in (doc or {}).get("warnings", []) if w["code"] == "holding"]
+        return bool(found)
+
+    wait_for(warned, 60, "a 'holding' warning", workers=start_worker.workers)
+    doc = _status(redis_server.url, crawl_id)
+    assert doc is not None
+    ids = [w["id"] for w in doc["workers"] if w["pid"] == slow.pid]
+    assert ids and ids[0] in found[0]["message"], (ids, found)
+    assert "DOWNLOAD_DELAY" in found[0]["message"]
+    # the fast worker is not named
+    assert not [w for w in doc["workers"]
+                if w["pid"] != slow.pid and w["id"] in found[0]["message"]]
+
+
+def test_the_quota_of_a_slot_is_what_it_starts_within_a_second():
+    from scrapy_leased._claimsize import slot_quota
+
+    assert slot_quota(0) is None  # no delay: CONCURRENT_REQUESTS bounds it
+    assert slot_quota(5.0) == slot_quota(2.5) == 1  # AutoThrottle's start delay: one
+    assert slot_quota(1.0) == 2 and slot_quota(0.3) == 4 and slot_quota(0.1) == 10
+
+
+def test_a_ready_claim_of_a_full_slot_waits_and_others_pass_it():
+    from scrapy import Request
+
+    from scrapy_leased._claimbook import Claim, ClaimBook
+
+    book = ClaimBook()
+    a = Claim(1, 1, "a.example", slot="a.example")
+    b = Claim(2, 2, "b.example", slot="b.example")
+    book.add(Request("http://a.example/1"), a, suspect=False)
+    book.add(Request("http://b.example/1"), b, suspect=False)
+    full = {"a.example"}
+    taken = book.take(0.0, startable=lambda c: c.slot not in full)
+    assert taken is not None and taken[1] is b
+    assert book.take(0.0, startable=lambda c: c.slot not in full) is None
+    full.clear()
+    taken = book.take(0.0, startable=lambda c: c.slot not in full)
+    assert taken is not None and taken[1] is a
