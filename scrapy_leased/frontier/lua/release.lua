@@ -14,7 +14,7 @@
 -- the registry, '0': it stays, then pairs {token, index into KEYS of the LIST of the
 -- regular tier of its envelope's priority in its lane (the caller read the envelopes)}
 -- Returns the number of requests released.
-local err = queue_index_error('release', 3, #ARGV, 2)  -- before any write
+local err = queue_index_error('release', 4, #ARGV, 2)  -- before any write
 if err then return err end
 local keys = {lanes = KEYS[1], todo = KEYS[2]}
 local back = {}
