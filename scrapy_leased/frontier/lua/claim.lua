@@ -75,16 +75,19 @@
 -- other claims of a call, it goes back to the head of its tier and its lane is served
 -- first by the next call (its time becomes 0), so it cannot starve behind other lanes.
 -- A queue member that is not valid UTF-8 is dead-lettered (invalid bytes shown as '?').
--- The feed's count first (the call changes neither key): a feed key of the wrong type
--- (a producer's XADD or SET) fails the call here, before any write, naming the key
--- (lib_keys.lua), instead of at the end, after the leases were written.
+-- The feed's count first (the call changes neither key), read so that a feed key of the
+-- wrong type (a producer's XADD or SET) cannot fail the call after its writes: the
+-- queued work is claimed as usual and the feed is reported as holding 1 entry, so the
+-- worker goes to drain it, where feed_take.lua refuses before any write with the key and
+-- its type (lib_keys.lua), which the worker logs as an ERROR. The rest of the crawl goes
+-- on; it does not end while its feed is unreadable (the feed may hold work).
 local feed = redis.pcall('LLEN', KEYS[13])
-local feed_taken = type(feed) == 'number' and redis.pcall('HLEN', KEYS[14])
-if type(feed_taken) ~= 'number' then
-  return key_types_error({KEYS[13], 'list', FEED_WHAT, KEYS[14], 'hash', FEED_TAKEN_WHAT})
-    or redis.error_reply('claim: cannot read the feed')
+local feed_taken = redis.pcall('HLEN', KEYS[14])
+if type(feed) ~= 'number' or type(feed_taken) ~= 'number' then
+  feed = 1
+else
+  feed = feed + feed_taken
 end
-feed = feed + feed_taken
 -- The two numbers used after the pops (the leases' deadline, how many ready lanes to
 -- report), checked before any write too: a nan or a non-number there (the worker sends
 -- ints) would stop the script after its leases were written. (x - x ~= 0: nan or inf.)
