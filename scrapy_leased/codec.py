@@ -194,6 +194,33 @@ class ItemClasses:
         return f"{names}; SPIDER_MODULES and LEASED_ITEM_MODULES add more"
 
 
+#: (spider class, function) -> the name of the spider attribute holding it, for methods
+#: whose ``__name__`` is not that attribute (found once per class and function)
+_ATTR_NAMES: dict[tuple[type, Any], str | None] = {}
+
+
+def _attribute_name(spider: Any, func: Callable[..., Any]) -> str | None:
+    """The attribute of ``spider``'s class that holds the function of bound method
+    ``func``, found by identity as Scrapy's ``request_to_dict`` does: a callback made by a
+    decorator or a factory (scrapy-poet's ``parse_book = callback_for(BookPage)``, whose
+    ``__name__`` is ``async_parse``) is stored under the name the spider gives it."""
+    target = getattr(func, "__func__", None)
+    if target is None:
+        return None
+    key = (type(spider), target)
+    if key not in _ATTR_NAMES:
+        found = None
+        for cls in type(spider).__mro__:
+            for attr, value in vars(cls).items():
+                if value is target or getattr(value, "__func__", None) is target:
+                    found = attr
+                    break
+            if found is not None:
+                break
+        _ATTR_NAMES[key] = found
+    return _ATTR_NAMES[key]
+
+
 def _callable_name(spider: Spider | None, func: Callable[..., Any] | None, what: str) -> Any:
     if func is None or func is NO_CALLBACK:
         return None if func is None else "NO_CALLBACK"
@@ -201,6 +228,10 @@ def _callable_name(spider: Spider | None, func: Callable[..., Any] | None, what:
     name = getattr(func, "__name__", None)
     if spider is not None and owner is spider and name and getattr(spider, name, None) == func:
         return name
+    if spider is not None and owner is spider:
+        attr = _attribute_name(spider, func)
+        if attr is not None and getattr(spider, attr, None) == func:
+            return attr
     spider_name = getattr(spider, "name", None)
     raise PayloadError(
         f"{what} {func!r} is not a method of spider {spider_name!r}: scrapy_leased "

@@ -238,3 +238,30 @@ def test_item_modules_come_from_spider_modules_and_the_setting():
     for bad in (["not a module"], [3], {"a": 1}):
         with pytest.raises(LeasedConfigError, match="LEASED_ITEM_MODULES"):
             ItemClasses.from_settings(Settings({"LEASED_ITEM_MODULES": bad}))
+
+
+def test_a_callback_is_stored_by_the_name_the_spider_gives_it():
+    """#27: a callback made by a factory (scrapy-poet's ``parse_book =
+    callback_for(BookPage)``, whose ``__name__`` is ``async_parse``) is found by
+    identity, as Scrapy's ``request_to_dict`` finds it, and comes back as the same
+    spider attribute."""
+    def callback_for(kind: str):
+        async def async_parse(self, response):
+            yield {"kind": kind}
+        return async_parse
+
+    class PoetLike(scrapy.Spider):
+        name = "poet_like"
+        parse_book = callback_for("book")
+        parse_author = callback_for("author")
+
+    spider = PoetLike()
+    for attr in ("parse_book", "parse_author"):
+        request = scrapy.Request("https://example.com/x", callback=getattr(spider, attr),
+                                 errback=getattr(spider, attr))
+        back = decode_request(encode_request(request, spider), spider)
+        assert back.callback == getattr(spider, attr)
+        assert back.errback == getattr(spider, attr)
+    with pytest.raises(PayloadError, match="not a method of spider"):
+        encode_request(scrapy.Request("https://example.com/y",
+                                      callback=callback_for("x").__get__(spider)), spider)
