@@ -249,12 +249,12 @@ def _redis_url(opts: argparse.Namespace, config: LeasedConfig,
     from ..embedded import EmbeddedRedisError
 
     source = f"embedded Redis in {config.embedded_dir}"
-    url, _ = crawl_redis_url(config, start=False)  # a running one, else (seed) start it
-    if url is None and start_embedded:
-        try:
+    try:  # a running one (or restarted from its data), else (seed) start it
+        url, _ = crawl_redis_url(config, start=False)
+        if url is None and start_embedded:
             url, _ = crawl_redis_url(config)
-        except EmbeddedRedisError as exc:
-            raise CommandError(str(exc).splitlines()[0]) from None
+    except EmbeddedRedisError as exc:
+        raise CommandError(str(exc).splitlines()[0]) from None
     if url is None:
         raise CommandError(
             f"no Redis to read: LEASED_REDIS_URL is not set and no embedded Redis runs in "
