@@ -478,8 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedded-dir", help="embedded Redis data directory "
                     "(default example_project/.scrapy/leased-redis)")
     ap.add_argument("--keep-redis", action="store_true",
-                    help="leave the embedded Redis running at the end, to explore with "
-                         "`scrapy leased status` in example_project/")
+                    help="do not stop the embedded Redis at the end (it then stops by "
+                         "itself 2 s after the demo exits; its data stays either way, and "
+                         "`scrapy leased status` in example_project/ reads it)")
     ap.add_argument("--out",
                     help="directory for the logs (default example_project/.demo/<time>)")
     ap.add_argument("--report", help="also write the report as JSON to this file")

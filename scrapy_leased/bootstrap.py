@@ -30,16 +30,18 @@ _warned_local = False  # LOCAL_CRAWL_WARNING logged in this process
 def crawl_redis_url(config: LeasedConfig, *, start: bool = True) -> tuple[str | None, str]:
     """Blocking (embedded Redis may be started): the URL of the crawl's Redis and the
     name of where it comes from. Without LEASED_REDIS_URL, the project's embedded Redis:
-    started when ``start``, else its URL only when it runs already (else None). Raises
-    EmbeddedRedisError."""
+    started when ``start``, else only when it runs already or its data directory holds a
+    crawl's data (restarted from its AOF: it stops by itself after the workers), else
+    None. On the embedded Redis, this process uses the server until it exits (it stops
+    once its last user is gone). Raises EmbeddedRedisError."""
     if config.redis_url is not None:
         return config.redis_url, URL_SETTING
-    from .embedded import ensure_embedded_redis, running_embedded_redis
+    from .embedded import ensure_embedded_redis, reopen_embedded_redis
 
     if start:
         url: str | None = ensure_embedded_redis(config.embedded_dir, config.embedded_server)
     else:
-        url = running_embedded_redis(config.embedded_dir)
+        url = reopen_embedded_redis(config.embedded_dir, config.embedded_server)
     return url, EMBEDDED_SETTING
 
 

