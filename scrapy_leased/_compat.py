@@ -45,3 +45,15 @@ def asyncio_loop_in_use() -> bool:
         return is_asyncio_available()
     except RuntimeError:  # no reactor installed and no loop running
         return False
+
+
+def _percent_params(uri_template: str, uri_params: dict[str, Any]) -> str:
+    """Scrapy before 2.14: a feed URI is ``uri % uri_params`` (feedexport.py)."""
+    return uri_template % uri_params
+
+
+try:  # Scrapy 2.14+: other percent signs of the URI left as they are
+    from scrapy.extensions.feedexport import apply_uri_params as apply_uri_params
+except ImportError:  # Scrapy 2.13
+    apply_uri_params = _percent_params
+

@@ -44,11 +44,11 @@ from scrapy.extensions.feedexport import (
     FeedExporter,
     FileFeedStorage,
     StdoutFeedStorage,
-    apply_uri_params,
 )
 from scrapy.utils.misc import load_object
 from w3lib.url import file_uri_to_path
 
+from ._compat import apply_uri_params
 from .config import LeasedConfig
 from .frontier.keys import CrawlKeys
 from .frontier.scripts import as_str, register
