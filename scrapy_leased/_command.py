@@ -52,14 +52,18 @@ def exit_if_command_line(exc: BaseException) -> None:
     setting or the Redis at fault, as one CRITICAL line and end the process with exit
     status 1, instead of Scrapy's "Task exception was never retrieved" and a traceback
     (#25 item 8). Anywhere else (a CrawlerProcess or CrawlerRunner in an application)
-    it returns, and the caller raises ``exc`` for the application to handle."""
+    it returns, and the caller raises ``exc`` for the application to handle; so it does
+    outside an asyncio task (another reactor: Twisted would turn the exit into a logged
+    failure and exit status 0)."""
     if scrapy_command() is None:
         return
-    logging.getLogger("scrapy_leased").critical("%(error)s", {"error": exc})
     try:
         task = asyncio.current_task()
-    except RuntimeError:  # no event loop running
-        task = None
-    if task is not None:  # the exit is this task's outcome, not an exception to log
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    except RuntimeError:  # no asyncio loop: Twisted's Deferreds would swallow the exit
+        return
+    if task is None:
+        return
+    logging.getLogger("scrapy_leased").critical("%(error)s", {"error": exc})
+    # the exit is this task's outcome, not an exception to log
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
     raise SystemExit(1)
