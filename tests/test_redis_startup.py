@@ -84,9 +84,11 @@ def test_an_evicting_maxmemory_policy_is_refused_at_start_naming_it(
 
         with pytest.raises(LeasedRedisError, match=f"maxmemory-policy {policy}"):
             asyncio.run(direct())
-    # one error (Scrapy reports the add-on's exception once, with its message)
+    # one error line (CRITICAL: scrapy crawl then exits 1, _command.py), no traceback
     assert rc != 0
-    assert len([ln for ln in text.splitlines() if " ERROR: " in ln]) == 1, text
+    assert len([ln for ln in text.splitlines() if " ERROR: " in ln or " CRITICAL: " in ln]) \
+        == 1, text
+    assert "Traceback" not in text, text
     named = [ln for ln in text.splitlines() if f"maxmemory-policy {policy}" in ln
              and "noeviction" in ln and "LEASED_REDIS_URL" in ln]
     assert named, text
