@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import os
 import re
 import time
 from collections.abc import AsyncIterator
@@ -550,6 +551,22 @@ class _AskingNode(AsyncClusterNode):
 _ask_targets: dict[str, tuple[str, int]] = {}
 
 
+def _lost_connection(exc: AttributeError) -> Exception:
+    """redis-py's asyncio cluster client, when a node's connection is torn down while a
+    command is being sent to it (a node killed in a failover), can fail inside its own
+    connection code with ``'NoneType' object has no attribute 'writelines'`` (the
+    connection's writer is gone): that is a lost connection, and is retried as one
+    (a RedisConnectionError). An AttributeError raised anywhere else is a bug: it is
+    returned as it is."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    if f"{os.sep}redis{os.sep}" in where:
+        return RedisConnectionError(f"Redis Cluster connection lost: {exc}")
+    return exc
+
+
 class LeasedRedisCluster(AsyncRedisCluster):
     """redis-py's asyncio cluster client, which also waits out a migration of the slot:
     while a slot migrates, a script whose keys are split between the two nodes (or
@@ -594,6 +611,11 @@ class LeasedRedisCluster(AsyncRedisCluster):
             try:
                 async with _permit(self):
                     result = await super().execute_command(*args, **kwargs)
+            except AttributeError as exc:
+                lost = _lost_connection(exc)
+                if lost is exc:
+                    raise
+                raise lost from exc
             except RedisClusterException as exc:
                 if _unavailable(exc):
                     raise RedisConnectionError(f"Redis Cluster unavailable: {exc}") from exc
@@ -674,5 +696,11 @@ class _WaitingPipeline(AsyncClusterPipeline):
     async def execute(self, raise_on_error: bool = True,
                       allow_redirections: bool = True) -> list[Any]:
         async with _permit(self.cluster_client):
-            result: list[Any] = await super().execute(raise_on_error, allow_redirections)
+            try:
+                result: list[Any] = await super().execute(raise_on_error, allow_redirections)
+            except AttributeError as exc:
+                lost = _lost_connection(exc)
+                if lost is exc:
+                    raise
+                raise lost from exc
         return result

@@ -415,3 +415,31 @@ def test_tls_urls_parse_and_refuse_clearly():
             check_redis_url(url)
         for word in ["LEASED_REDIS_URL", *words]:
             assert word in str(exc.value), (word, str(exc.value))
+
+
+def test_a_connection_torn_down_inside_redis_py_is_a_lost_connection():
+    """Seen in a Cluster failover mid-crawl: redis-py's asyncio connection, its writer
+    gone, raised ``AttributeError: 'NoneType' object has no attribute 'writelines'``
+    from a command; the loops took it for a bug and stopped the worker (leased_error).
+    It is a lost connection (retried); an AttributeError from anywhere else stays one."""
+    import asyncio as _asyncio
+
+    from redis.asyncio.connection import Connection
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from scrapy_leased.topology import _lost_connection
+
+    async def send_unconnected() -> AttributeError:
+        conn = Connection(host="127.0.0.1", port=1)  # never connected: no writer
+        try:
+            await conn._send_packed_command([b"PING\r\n"])
+        except AttributeError as exc:
+            return exc
+        raise AssertionError("redis-py sent on a connection without a writer")
+
+    inside = _asyncio.run(send_unconnected())
+    assert isinstance(_lost_connection(inside), RedisConnectionError)
+    try:
+        None.writelines  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as exc:
+        assert _lost_connection(exc) is exc
