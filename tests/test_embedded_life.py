@@ -28,6 +28,7 @@ import redis
 from scrapy_leased.embedded import GRACE_SECONDS, running_embedded_redis, stop_embedded_redis
 from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.workers import PROJECT_DIR, REPO_ROOT, Worker, WorkerFactory, wait_for
+from tests.test_embedded import server_pids  # live processes working in the data dir
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="finds server processes via /proc")
@@ -44,23 +45,6 @@ def _live(pid_dir: Path) -> bool:
         return (pid_dir / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
-
-
-def server_pids(data_dir: Path) -> list[int]:
-    """Live processes whose working directory is data_dir (the server runs there)."""
-    target = os.path.realpath(data_dir)
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.path.realpath(entry / "cwd") != target:
-                continue
-        except OSError:
-            continue
-        if _live(entry):
-            pids.append(int(entry.name))
-    return pids
 
 
 def watchdog_pids(data_dir: Path) -> list[int]:
