@@ -556,15 +556,19 @@ def _lost_connection(exc: AttributeError) -> Exception:
     command is being sent to it (a node killed in a failover), can fail inside its own
     connection code with ``'NoneType' object has no attribute 'writelines'`` (the
     connection's writer is gone): that is a lost connection, and is retried as one
-    (a RedisConnectionError). An AttributeError raised anywhere else is a bug: it is
-    returned as it is."""
+    (a RedisConnectionError). An AttributeError raised anywhere else, redis-py's cluster
+    code included, is a bug: it is returned as it is."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     where = tb.tb_frame.f_code.co_filename if tb is not None else ""
-    if f"{os.sep}redis{os.sep}" in where:
+    if any(f"{os.sep}redis{os.sep}{part}" in where for part in _CONNECTION_CODE):
         return RedisConnectionError(f"Redis Cluster connection lost: {exc}")
     return exc
+
+
+#: redis-py's modules that hold a connection's reader and writer
+_CONNECTION_CODE = (f"asyncio{os.sep}connection.py", "connection.py", f"_parsers{os.sep}")
 
 
 class LeasedRedisCluster(AsyncRedisCluster):
@@ -652,9 +656,11 @@ class LeasedRedisCluster(AsyncRedisCluster):
         the node cache yet (``_ask_targets``): it is added as a primary, as redis-py
         adds the target of a MOVED redirection (the slot's owner after the migration)."""
         node: AsyncClusterNode | None = super().get_node(host, port, node_name)
-        if node is None and node_name is not None and node_name in _ask_targets:
+        # redis-py 8.1 looks the target up by name, 8.2 by host and port
+        name = node_name if node_name is not None else f"{host}:{port}"
+        if node is None and name in _ask_targets:
             manager = self.nodes_manager
-            ask_host, ask_port = _ask_targets[node_name]
+            ask_host, ask_port = _ask_targets[name]
             node = _AskingNode(ask_host, ask_port, PRIMARY, **manager.connection_kwargs)
             manager.set_nodes(manager.nodes_cache, {node.name: node})
             logger.info("Redis Cluster: ASK to %(node)s, a node not in the slots map "
