@@ -7,6 +7,7 @@ request log say.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -175,6 +176,63 @@ def test_status_json_equals_redis_truth_during_a_running_crawl(
     assert (end["todo"], end["processing"], end["done"], end["dead"], end["workers_alive"]) \
         == (0, 0, pages, 0, 0)
     assert end["leases_by_worker"] == {} and r.hlen(k.owners) == 0
+
+
+def test_per_worker_acked_is_live_not_as_of_the_last_heartbeat(
+        redis_server, make_site, start_worker, crawl_id):
+    """#25 item 8: the `acked` column stayed 0 for 10 s while done was 158, because it
+    came from the JSON each heartbeat writes. With the heartbeat 200 s away
+    (LEASED_LEASE_SECONDS 600: one every 200 s, the first at open, with 0 acked), status,
+    its --json and the dashboard's reading show the worker's acks as counted by its
+    commits: between done read just before and just after the command."""
+    pages = 400
+    site = make_site(pages=pages, delay=0.05)
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0",
+                     settings={"CONCURRENT_REQUESTS": 2, "LEASED_LEASE_SECONDS": 600})
+    r = redis_server.client(decode_responses=True)
+    k = CrawlKeys(crawl_id)
+    wait_for(lambda: stat(r, crawl_id, "done") >= 30, WAIT, "30 pages done", [w])
+    (wid,) = r.zrange(k.workers, 0, -1)
+    assert json.loads(r.hget(k.worker_info, wid))["acked"] == 0  # no heartbeat since open
+
+    low = stat(r, crawl_id, "done")
+    doc = status_json(redis_server.url, crawl_id, "--sample", "0")
+    mid = stat(r, crawl_id, "done")
+    text = ok(leased("status", crawl_id, "--sample", "0", "--redis-url", redis_server.url))
+    dash = asyncio.run(_dashboard_reading(redis_server.url, crawl_id))
+    high = stat(r, crawl_id, "done")
+    assert json.loads(r.hget(k.worker_info, wid))["acked"] == 0  # still no heartbeat
+    assert high < pages, "the crawl finished before status ran: make the site slower"
+
+    (one,) = doc["workers"]
+    assert one["id"] == wid and low <= doc["done"] <= one["acked"] <= mid, (low, mid, doc)
+    m = re.search(rf"^\s+{re.escape(wid)}\s+\S+ s ago\s+\d+\s+([\d,]+)\s+\d+$", text, re.M)
+    assert m, text
+    assert mid <= int(m.group(1).replace(",", "")) <= high, (mid, high, text)
+    (seen,) = dash["workers"]
+    assert mid <= seen["acked"] <= high, (mid, high, seen)
+
+    w.sigterm()  # leaving, it takes its count with it
+    assert w.wait(WAIT) == 0, w.log_tail()
+    assert r.hlen(k.worker_acked) == 0 and r.zcard(k.workers) == 0
+
+
+async def _dashboard_reading(url: str, crawl_id: str) -> dict[str, Any]:
+    """The snapshot `scrapy leased dashboard` serves for a crawl (observe/reader.py)."""
+    from scrapy.settings import Settings
+
+    from scrapy_leased.connection import make_client
+    from scrapy_leased.observe.reader import FleetReader
+    from scrapy_leased.ratelimit.budgets import Budgets
+
+    client = make_client(url)
+    try:
+        reader = FleetReader(client, url, Budgets.from_settings(Settings()),
+                             worker_ttl_ms=30_000, lease_ms=600_000, max_attempts=4,
+                             default_capacity=2, only=[crawl_id])
+        return (await reader.read(crawl_id)).doc
+    finally:
+        await client.aclose()
 
 
 def test_status_watch_redraws_in_place(redis_server, make_site, start_worker, crawl_id):

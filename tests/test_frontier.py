@@ -523,8 +523,10 @@ def test_identical_payloads_without_dedupe_are_all_kept(redis_server, crawl_id):
 
 def test_ack_once_twice_and_stale(redis_server, crawl_id):
     keys = CrawlKeys(crawl_id)
+    st_caller: list[str] = []
 
     async def body(f, r):
+        st_caller.append(f.caller)
         short = new_frontier(redis_server.url, crawl_id, lease_ms=100)
         try:
             await f.enqueue([NewRequest(p) for p in ("A", "B", "C", "D")])
@@ -578,6 +580,8 @@ def test_ack_once_twice_and_stale(redis_server, crawl_id):
     st = stats(r, keys)
     assert st["done"] == 4  # A, B, C, D: each exactly once
     assert st["acked"] == 3  # A, C and D's second lease were held when acked
+    # each worker's count (status: live per-worker acks): only f's acks held their lease
+    assert r.hgetall(keys.worker_acked) == {st_caller[0]: "3"}
     assert st["skipped_done"] == 1
     assert r.bitcount(keys.done) == 4
     assert queue_len(r, keys) == r.zcard(keys.leases) == r.hlen(keys.inflight) == 0
@@ -669,6 +673,7 @@ def test_stats_riding_along_with_a_commit_are_applied_once_per_call_id(redis_ser
         first = await f.commit(acks=[(token, env.rid)], call_id=call, stats=stats)
         again = await f.commit(acks=[(token, env.rid)], call_id=call, stats=stats)
         assert first.acks == again.acks == [3]
+        assert r.hgetall(keys.worker_acked) == {f.caller: "1"}  # counted once too
         await f.commit(stats=["i", "item_scraped_count", "2", "max", "memusage/max", "50",
                               "min", "start_time", "999"])
         return r.hgetall(keys.fleet_stats)
@@ -1170,8 +1175,9 @@ def test_no_operation_scans_the_processing_set():
             # + the throughput bucket: time, hincrby, hlen (a new bucket: old buckets
             # pruned past 7); the claim is checked: hmget of its envelope; the commit's
             # reply is kept: set; its lease, envelope and owner deleted: zrem (its reply:
-            # was it held), hdel 2; done: setbit
-            assert st == {"evalsha": 1, "zrem": 1, "hdel": 2, "setbit": 1, "hincrby": 3,
+            # was it held), hdel 2; done: setbit; the fleet's acked and done and the
+            # caller's count of acks (worker_acked): hincrby 3 with the bucket's
+            assert st == {"evalsha": 1, "zrem": 1, "hdel": 2, "setbit": 1, "hincrby": 4,
                           "time": 1, "hlen": 1, **GUARD, **CALL_ID,
                           "hmget": GUARD["hmget"] + 1,
                           "get": GUARD["get"] + CALL_ID["get"]}, st
@@ -1181,8 +1187,9 @@ def test_no_operation_scans_the_processing_set():
             st = commandstats(r)
             # the claims' envelopes read first (hmget: their lanes and tiers); priority 0:
             # back to the head of the lane's LIST (+ the lanes ZSET, NX); each token's
-            # owner checked (hget) and deleted (hdel) with its envelope
-            assert st == {"evalsha": 1, "hmget": 1, "zrem": 4, "hget": 6, "hdel": 7,
+            # owner checked (hget) and deleted (hdel) with its envelope; the worker leaves
+            # the registry (zrem, hdel of its info and of its count of acks)
+            assert st == {"evalsha": 1, "hmget": 1, "zrem": 4, "hget": 6, "hdel": 8,
                           "lpush": 3, "zadd": 3, "incr": 3, "hincrby": 1}, st
 
         r = srv.client(decode_responses=True)
@@ -1253,6 +1260,10 @@ def test_claims_and_acks_write_once_per_call_not_per_request():
             assert acks[1] == acks[16], acks
             assert r.zcard(keys.leases) == 1 and r.hlen(keys.inflight) == 1
             assert r.hget(keys.stats, "done") == "17"
+            # the caller's count of acks (status's live per-worker acked): one HINCRBY
+            # per call, with the fleet's acked and done and the throughput bucket
+            assert acks[1]["hincrby"] == acks[16]["hincrby"] == 4, acks
+            assert r.hgetall(keys.worker_acked) == {f.caller: "17"}
 
         run(srv, "percall", body)
 

@@ -219,6 +219,7 @@ def _dead_workers(r: redis.Redis, keys: CrawlKeys, n: int, age_ms: int) -> None:
     for i in range(n):
         p.zadd(keys.workers, {f"dead:{i}": t})
         p.hset(keys.worker_info, f"dead:{i}", json.dumps({"inflight": 0, "pid": i}))
+        p.hset(keys.worker_acked, f"dead:{i}", i)
     p.execute()
 
 
@@ -237,6 +238,7 @@ def test_renewals_prune_10000_dead_workers_and_keep_the_live_ones(redis_server, 
     run(redis_server, crawl_id, body, prune_ms=prune_ms)
     assert set(r.zrange(keys.workers, 0, -1)) == {"live", "recent"}
     assert set(r.hkeys(keys.worker_info)) == {"live"}
+    assert r.hlen(keys.worker_acked) == 0  # pruned with the registry entries
 
 
 def test_a_crawl_leaves_no_registry_entry_of_10000_dead_workers(
@@ -254,6 +256,7 @@ def test_a_crawl_leaves_no_registry_entry_of_10000_dead_workers(
         assert w.wait(60) == 0, w.log_tail()
         assert w.close_reason() == "finished"
     assert r.zcard(keys.workers) == 0 and r.hlen(keys.worker_info) == 0
+    assert r.hlen(keys.worker_acked) == 0  # each worker's count left with it
 
 
 # -- throughput buckets --------------------------------------------------------------------

@@ -168,7 +168,7 @@ class FleetAdmin:
         reads: list[tuple[Any, ...]] = [("HGETALL", k.throughput)]
         if workers:  # + who holds each lease: one HVALS, as long as the leases (not the queue)
             reads += [("ZRANGE", k.workers, 0, -1, "WITHSCORES"), ("HGETALL", k.worker_info),
-                      ("HVALS", k.owners)]
+                      ("HVALS", k.owners), ("HGETALL", k.worker_acked)]
         reads += [("LLEN", k.feed), ("HLEN", k.feed_taken), ("HGETALL", k.control),
                   ("HGETALL", k.fleet_stats)]
         now_ms, res = await read_atomic(self._s["read"], *reads)
@@ -193,7 +193,7 @@ class FleetAdmin:
             feed_batches=feed_batches)
         if workers:
             snap.workers = self._workers(now_ms, [(w, float(s)) for w, s in pairs(res[1])],
-                                         dict(pairs(res[2])))
+                                         dict(pairs(res[2])), dict(pairs(res[4])))
             snap.leases_by_worker = dict(sorted(Counter(as_str(w) for w in res[3]).items()))
             snap.lanes_total, snap.lanes = await self.lanes(now_ms)
         if memory:  # the server holding the crawl (on a cluster: its slot's master)
@@ -204,8 +204,13 @@ class FleetAdmin:
         return snap
 
     def _workers(self, now_ms: int, beats: Iterable[tuple[Any, float]],
-                 infos: dict[Any, Any]) -> list[WorkerState]:
+                 infos: dict[Any, Any], acks: dict[Any, Any]) -> list[WorkerState]:
+        """The registry's workers. Each one's ``acked`` is the count its commits keep in
+        ``worker_acked`` (exact at this moment), or what its last heartbeat recorded when
+        that is more (a worker of a version without the count, or Redis went back in
+        time and lost some of it)."""
         by_id = {as_str(key): as_str(value) for key, value in infos.items()}
+        acked = {as_str(key): int(as_str(value)) for key, value in acks.items()}
         out = []
         for wid, score in beats:
             wid = as_str(wid)
@@ -217,7 +222,7 @@ class FleetAdmin:
             out.append(WorkerState(
                 id=wid, heartbeat_ms=int(score), heartbeat_age_s=round(age, 3),
                 alive=now_ms - int(score) < self.worker_ttl_ms,
-                inflight=info.get("inflight"), acked=info.get("acked"),
+                inflight=info.get("inflight"), acked=_most(acked.get(wid), info.get("acked")),
                 capacity=info.get("capacity"), host=info.get("host"), pid=info.get("pid"),
                 started=info.get("started"), control=info.get("control"),
                 unstarted=info.get("unstarted"), unstarted_s=info.get("unstarted_s"),
@@ -363,3 +368,10 @@ class FleetAdmin:
         for i in range(0, len(doomed), BATCH):
             deleted += int(await self.client.unlink(*doomed[i:i + BATCH]))
         return deleted, len(kept)
+
+
+def _most(counted: int | None, reported: Any) -> int | None:
+    """The larger of two counts of one thing, either unknown (None)."""
+    if not isinstance(reported, int):
+        return counted
+    return reported if counted is None else max(counted, reported)

@@ -10,14 +10,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class WorkerState:
-    """One worker of the registry (``workers`` + ``worker_info``)."""
+    """One worker of the registry (``workers`` + ``worker_info`` + ``worker_acked``)."""
 
     id: str
     heartbeat_ms: int
     heartbeat_age_s: float  # seconds since its last heartbeat (Redis time)
     alive: bool  # heartbeat younger than the worker TTL
     inflight: int | None = None  # claims held at its last heartbeat
-    acked: int | None = None
+    acked: int | None = None  # requests it acked with their lease held (worker_acked: now)
     capacity: int | None = None  # CONCURRENT_REQUESTS + LEASED_PREFETCH
     host: str | None = None
     pid: int | None = None

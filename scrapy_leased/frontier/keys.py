@@ -169,6 +169,13 @@ class CrawlKeys:
         """HASH: worker id -> JSON {"inflight", "host", "pid", "started"}, set at each
         heartbeat.""")
 
+    worker_acked = KeyName(
+        """HASH: worker id -> the requests it acked while holding their lease, counted by
+        the commit that acks them (lua/commit.lua: one HINCRBY per commit call), so
+        ``status`` shows each worker's acks as they happen, not as of its last heartbeat.
+        Kept and removed with the worker's registry entry (lua/renew.lua prunes it,
+        lua/release.lua removes it when the worker leaves).""")
+
     throughput = KeyName(
         """HASH: 10-second bucket (Redis time // 10 s) -> requests newly done in it.""")
 
@@ -226,13 +233,13 @@ class CrawlKeys:
 
     def kept_by_flush(self, key: str, records_prefix: str = "records") -> bool:
         """Whether a fresh run (LEASED_FLUSH_ON_START, lua/run_flush.lua) keeps ``key``:
-        the run and the worker registry (who is starting), the crawl's fixed parameters,
-        the fencing tokens and epoch (never issued twice), the control state, the feed
-        (work pushed before the fleet started is the new run's; the batches taken off it
-        and not queued go back to it: lua/run_flush.lua) and the UpsertPipeline
-        records."""
-        return key in (self.run, self.workers, self.worker_info, self.meta, self.tokens,
-                       self.epoch, self.control, self.feed) \
+        the run and the worker registry (who is starting, with each worker's acks), the
+        crawl's fixed parameters, the fencing tokens and epoch (never issued twice), the
+        control state, the feed (work pushed before the fleet started is the new run's;
+        the batches taken off it and not queued go back to it: lua/run_flush.lua) and the
+        UpsertPipeline records."""
+        return key in (self.run, self.workers, self.worker_info, self.worker_acked,
+                       self.meta, self.tokens, self.epoch, self.control, self.feed) \
             or self.is_records(key, records_prefix)
 
     def is_records(self, key: str, prefix: str = "records") -> bool:

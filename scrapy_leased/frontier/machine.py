@@ -325,10 +325,11 @@ class Frontier:
 
         def build(gen: int | None) -> tuple[list[str], list[Any]]:
             keys = [k.lanes, k.todo, k.stats, k.leases, k.inflight, k.done, k.dead, k.rids,
-                    k.throughput, k.owners, k.revisit, k.fleet_stats]
+                    k.throughput, k.owners, k.revisit, k.fleet_stats, k.worker_acked]
             extra = ExtraKeys(keys)
             args: list[Any] = [len(enqueue), len(acks), len(fails), self.max_attempts,
-                               self.seen_ttl_ms, gen or 0, len(revisits), len(stats) // 3]
+                               self.seen_ttl_ms, gen or 0, len(revisits), len(stats) // 3,
+                               self.caller]
             args += self._enqueue_args(extra, enqueue, gen)
             for token, rid in acks:
                 revisit = revisits.get(token)
@@ -605,7 +606,8 @@ class Frontier:
         k = self.keys
         gkeys, gargs = self._guard()
         out = self._seen(await self._s["renew"](
-            keys=[k.leases, k.workers, k.worker_info, k.owners, k.control] + gkeys,
+            keys=[k.leases, k.workers, k.worker_info, k.owners, k.control,
+                  k.worker_acked] + gkeys,
             args=[self.lease_ms, worker_id, info, self.prune_ms, *tokens] + gargs))
         self._control(as_str(out[1]))
         return [int(t) for t in out[2:]]
@@ -618,7 +620,7 @@ class Frontier:
         registry (it is closing); else it stays (it gives back claims while running)."""
         k = self.keys
         keys = [k.lanes, k.todo, k.stats, k.leases, k.inflight, k.workers, k.worker_info,
-                k.owners]
+                k.owners, k.worker_acked]
         extra = ExtraKeys(keys)
         args: list[Any] = [worker_id, 1 if leave else 0]
         tokens = [_lane_and_token(item)[0] for item in claims]

@@ -11,13 +11,16 @@
 -- KEYS[10] owners (HASH claim token -> worker id: removed with each lease that ends)
 -- KEYS[11] revisit (ZSET envelope -> due time in ms: revisit.lua queues it again then)
 -- KEYS[12] fleet_stats (HASH: the fleet's Scrapy stats, observe/flush.py)
--- KEYS[13..] seen buckets (SETs of 64-bit integers) and queue LISTs (each followed by
+-- KEYS[13] worker_acked (HASH worker id -> requests it acked: ARGV[9]'s count goes up by
+--          this call's acks of held leases, one HINCRBY per call)
+-- KEYS[14..] seen buckets (SETs of 64-bit integers) and queue LISTs (each followed by
 --           its lane's tier index: lib_settle.lua lane_queue), by index below
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's commit
 -- call key)
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
 -- ARGV[5] the seen set's expiry in ms (LEASED_SEEN_TTL; 0: none)  ARGV[6] the seen-set
 -- generation the keys are for (lib_enqueue.lua)  ARGV[7] n_revisit  ARGV[8] n_stats
+-- ARGV[9] the caller's worker id, whose count in worker_acked its acks raise ('': none)
 -- then the n_enqueue new requests, in groups of the same lane, priority and order
 --                   (lib_enqueue.lua: enqueue_new)
 -- then n_ack     x {token, rid, revisit interval in ms (0: none): the acked request is
@@ -57,7 +60,7 @@ if gen_error then return gen_error end
 local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3], dead = KEYS[7]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
-local fail_at = 9 + enqueue_args_len(9, n_enq) + 3 * n_ack
+local fail_at = 10 + enqueue_args_len(10, n_enq) + 3 * n_ack
 for a = fail_at - 3 * n_ack, fail_at - 1, 3 do
   if not tonumber(ARGV[a + 1]) then
     return redis.error_reply('commit: the rid of claim ' .. ARGV[a] .. ' must be a number, not '
@@ -97,7 +100,7 @@ local stats_at = revisit_at + 4 * tonumber(ARGV[7])
 for i = revisit_at, stats_at - 1, 4 do
   revisit_of[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
 end
-local a = enqueue_new(keys, g, 9, n_enq, out, ttl, gen)
+local a = enqueue_new(keys, g, 10, n_enq, out, ttl, gen)
 -- never fails (lib_stats.lua): a value refused is skipped and counted, the rest applied
 local stats_refused = apply_stats(KEYS[12], stats_at, stats_at + 3 * tonumber(ARGV[8]) - 1)
 if stats_refused > 0 then redis.call('HINCRBY', KEYS[3], 'stats_refused', stats_refused) end
@@ -169,7 +172,10 @@ batch_call('ZREM', KEYS[4], zrem)
 batch_call('HDEL', KEYS[5], hdel_env)
 batch_call('HDEL', KEYS[10], hdel_owner)
 if revisits then batch_call('ZADD', KEYS[11], revisits) end
-if acked > 0 then redis.call('HINCRBY', KEYS[3], 'acked', acked) end
+if acked > 0 then
+  redis.call('HINCRBY', KEYS[3], 'acked', acked)
+  if ARGV[9] ~= '' then redis.call('HINCRBY', KEYS[13], ARGV[9], acked) end
+end
 if untrusted > 0 then redis.call('HINCRBY', KEYS[3], 'acked_earlier_epoch', untrusted) end
 if done_new > 0 then
   redis.call('HINCRBY', KEYS[3], 'done', done_new)

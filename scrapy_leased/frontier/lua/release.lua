@@ -8,10 +8,11 @@
 -- is another worker, or that has no owner, is left alone and not counted.
 -- KEYS[1] lanes  KEYS[2] todo  KEYS[3] stats  KEYS[4] leases
 -- KEYS[5] inflight  KEYS[6] workers  KEYS[7] worker_info  KEYS[8] owners (HASH claim
--- token -> worker id)  KEYS[9..] queue LISTs, each followed by its lane's tier index
+-- token -> worker id)  KEYS[9] worker_acked (HASH worker id -> requests it acked:
+-- commit.lua)  KEYS[10..] queue LISTs, each followed by its lane's tier index
 -- (lib_settle.lua lane_queue)
 -- ARGV[1] worker id ('' = none: nothing is released), ARGV[2] '1': the worker leaves
--- the registry, '0': it stays, then pairs {token, index into KEYS of the LIST of the
+-- the registry (its info and ack count go with it), '0': it stays, then pairs {token, index into KEYS of the LIST of the
 -- regular tier of its envelope's priority in its lane (the caller read the envelopes)}
 -- Returns the number of requests released.
 local err = queue_index_error('release', 4, #ARGV, 2)  -- before any write
@@ -44,5 +45,6 @@ if #back > 0 then redis.call('HINCRBY', KEYS[3], 'released', #back) end
 if ARGV[1] ~= '' and ARGV[2] == '1' then
   redis.call('ZREM', KEYS[6], ARGV[1])
   redis.call('HDEL', KEYS[7], ARGV[1])
+  redis.call('HDEL', KEYS[9], ARGV[1])
 end
 return #back

@@ -6,12 +6,15 @@
 -- Runs when Redis is out of memory (allow-oom: it only extends what exists), so a live
 -- worker keeps its leases while recovery, which needs memory, is refused.
 -- Registry entries of workers silent for longer than the prune age are removed (up to
--- 1000 per call): a worker killed without closing leaves its entry behind.
+-- 1000 per call), with their info and ack count: a worker killed without closing leaves
+-- its entry behind.
 -- KEYS[1] leases  ZSET token -> deadline (ms)
 -- KEYS[2] workers ZSET worker id -> last heartbeat (ms)
 -- KEYS[3] worker_info HASH worker id -> JSON about the worker
 -- KEYS[4] owners  HASH claim token -> worker id holding it
 -- KEYS[5] control HASH the fleet's control state (keys.py), reported to the worker
+-- KEYS[6] worker_acked HASH worker id -> requests it acked (commit.lua): pruned with
+--         the registry entry
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, any key)
 -- ARGV[1] lease length in ms  ARGV[2] worker id  ARGV[3] worker info JSON ('' = keep)
 -- ARGV[4] prune age ms (0 = never prune)
@@ -33,6 +36,7 @@ if prune > 0 then
   if #gone > 0 then
     redis.call('ZREM', KEYS[2], unpack(gone))
     redis.call('HDEL', KEYS[3], unpack(gone))
+    redis.call('HDEL', KEYS[6], unpack(gone))
   end
 end
 local deadline = now + tonumber(ARGV[1])
