@@ -7,6 +7,7 @@ the command connects to anything."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -15,12 +16,9 @@ from pathlib import Path
 
 import pytest
 
-PROJECT = Path(__file__).resolve().parents[1] / "example_project"
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = REPO / "example_project"
 HEADINGS = {"Usage", "Options", "Global Options", "Scrapy Leased"}
-#: Options of one subcommand, each shown in the usage lines of that subcommand
-SUBCOMMAND_OPTIONS = ["--json", "--sample", "--watch", "--interval", "--limit", "--requeue",
-                      "--purge", "--yes", "--records", "--all-crawls", "--bind", "--port",
-                      "--allow-writes"]
 
 
 def help_text(columns: int) -> str:
@@ -50,11 +48,107 @@ def test_the_add_ons_options_stay_readable_on_a_narrow_terminal(columns: int) ->
     assert headings(ours) == ["Scrapy Leased"], headings(ours)
 
 
-def test_usage_lines_name_every_option_of_a_subcommand() -> None:
-    text = help_text(200)
-    usage = text[:text.index("Watch and run")]
-    missing = [opt for opt in SUBCOMMAND_OPTIONS if opt not in usage]
-    assert not missing, missing
+def leased_options() -> dict[str, list[str]]:
+    """The add-on's options as its parser defines them (``Command.add_options``), each
+    by its option strings, e.g. ``{"--file": ["-f", "--file"], ...}``."""
+    from scrapy.settings import Settings
+
+    from scrapy_leased.commands.leased import Command
+
+    parser = argparse.ArgumentParser(conflict_handler="resolve")
+    command = Command()
+    command.settings = Settings()
+    command.add_options(parser)
+    (group,) = [g for g in parser._action_groups if g.title == "scrapy leased"]
+    return {a.option_strings[-1]: list(a.option_strings) for a in group._group_actions}
+
+
+def accepted(sub: str, option: str) -> bool:
+    """Whether ``scrapy leased SUB OPTION [VALUE]`` passes the command's own check of
+    its options (``_check_options``), parsed by the command's parser."""
+    from scrapy.exceptions import UsageError
+    from scrapy.settings import Settings
+
+    from scrapy_leased.commands.leased import Command, _check_options
+
+    parser = argparse.ArgumentParser(conflict_handler="resolve")
+    command = Command()
+    command.settings = Settings()
+    command.add_options(parser)
+    (action,) = [a for a in parser._actions if option in a.option_strings]
+    value = [] if action.nargs == 0 else ["1"]  # a number or a URL-less list: any will do
+    opts = parser.parse_args([option, *value])
+    try:
+        _check_options(sub, [], opts)
+    except UsageError:
+        return False
+    return True
+
+
+def usage_lines(text: str, prefix: str = "") -> dict[str, list[str]]:
+    """Subcommand -> the usage lines naming it (``  dead [CRAWL] ...``, ``scrapy leased
+    pause | resume | stop [CRAWL]``): lines that start with ``prefix``, then subcommands
+    separated by `` | ``, then their arguments (not the overview ``status|dead|...``)."""
+    from scrapy_leased.commands.leased import SUBCOMMANDS
+
+    names = "|".join(SUBCOMMANDS)
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        m = re.match(rf"^\s*{re.escape(prefix)}((?:{names})(?:\s+\|\s+(?:{names}))*)(?:\s|$)",
+                     line)
+        if m:
+            for sub in re.split(r"\s+\|\s+", m.group(1)):
+                out.setdefault(sub, []).append(line)
+    return out
+
+
+def named(line: str, strings: list[str]) -> bool:
+    return any(re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", line) for s in strings)
+
+
+#: Options every subcommand takes (or that are not about one subcommand): not in the
+#: usage lines
+ALL = {"--redis-url"}
+
+
+def test_the_options_checks_tell_every_option_apart() -> None:
+    """Each option of a subcommand is refused with another (an option with a default
+    value was accepted anywhere before: ``dead --interval 3``), and its help names the
+    subcommands that take it, as ``[sub, sub]``."""
+    from scrapy_leased.commands.leased import SUBCOMMANDS
+
+    for option in set(leased_options()) - ALL:
+        takers = [sub for sub in SUBCOMMANDS if accepted(sub, option)]
+        assert 0 < len(takers) < len(SUBCOMMANDS), (option, takers)
+
+
+@pytest.mark.parametrize("where", ["--help", "docs/commands.md", "module docstring"])
+def test_usage_lines_name_every_option_of_a_subcommand(where: str) -> None:
+    """Each subcommand's own usage line names exactly the options it takes (before: an
+    option counted when it was anywhere in the usage block, so `dead`'s line lacked
+    `--json`). What a subcommand takes is what the command accepts: its parser and its
+    check of the options."""
+    from scrapy_leased.commands import leased
+    from scrapy_leased.commands.leased import SUBCOMMANDS
+
+    if where == "--help":
+        text, prefix = help_text(200), ""
+        text = text[:text.index("Watch and run")]
+    elif where == "docs/commands.md":
+        text, prefix = (REPO / "docs" / "commands.md").read_text(), "scrapy leased "
+    else:
+        text, prefix = leased.__doc__ or "", "scrapy leased "
+    lines = usage_lines(text, prefix)
+    assert set(lines) == set(SUBCOMMANDS), (set(SUBCOMMANDS) - set(lines), text)
+    wrong = []
+    for option, strings in leased_options().items():
+        if option in ALL:
+            continue
+        for sub in SUBCOMMANDS:
+            takes = accepted(sub, option)
+            wrong += [f"{sub}: {option} {'missing' if takes else 'extra'} in {line.strip()!r}"
+                      for line in lines[sub] if takes != named(line, strings)]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_no_maintenance_notification_flood_at_debug(redis_server) -> None:

@@ -567,7 +567,10 @@ def test_errors_are_one_line_with_exit_status_1(redis_server, crawl_id, tmp_path
     doc = json.loads(ok(leased("status", "--json", "--sample", "0", "--redis-url", url,
                                "-s", f"LEASED_CRAWL_ID={crawl_id}")))
     assert doc["crawl"] == crawl_id
+    # an option of another subcommand is a usage error, also one with a default value
+    # (--interval, --limit and --bind were accepted anywhere)
     for args in ([], ["nope"], ["status", "--yes"], ["seed", crawl_id, "--watch"],
-                 ["status", "a", "b"]):
+                 ["status", "a", "b"], ["dead", crawl_id, "--interval", "1"],
+                 ["status", crawl_id, "--limit", "3"], ["status", crawl_id, "--bind", "::1"]):
         res = leased(*args, "--redis-url", url)
         assert res.returncode == 2, (args, res.stdout, res.stderr)

@@ -1,7 +1,7 @@
 """``scrapy leased``: watch and run a leased crawl from the command line.
 
-    scrapy leased status [CRAWL] [--watch] [--json]
-    scrapy leased dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]
+    scrapy leased status [CRAWL] [--watch [--interval S]] [--json] [--sample S]
+    scrapy leased dead   [CRAWL] [--limit N] [--json] [--requeue [URL ...] | --purge [URL ...]]
     scrapy leased seed   [CRAWL] URL ... | -f FILE | -
     scrapy leased forget [CRAWL] URL ... | -f FILE | -
     scrapy leased reset  [CRAWL] --yes [--records]
@@ -67,6 +67,7 @@ CONTROL = {"pause": PAUSED, "resume": RUNNING, "stop": STOPPING}
 SERVERS = ("metrics", "dashboard")  # observe/: HTTP servers, reading Redis only
 METRICS_PORT = 9410
 DASHBOARD_PORT = 8410
+BIND = "127.0.0.1"  # metrics and dashboard listen here by default
 WATCH_INTERVAL_SECONDS = 2.0  # --watch redraws this often
 SAMPLE_SECONDS = 2.0  # one status: two samples this far apart give the trends
 WATCH_TREND_SECONDS = 10.0  # --watch: trends against the sample this old
@@ -88,7 +89,7 @@ class Command(ScrapyCommand):
         return ("status|dead|seed|forget|reset|pause|resume|stop|metrics|dashboard|embedded "
                 "[CRAWL] [options]\n\n"
                 "  status [CRAWL] [--json] [--sample SECONDS] [--watch [--interval SECONDS]]\n"
-                "  dead   [CRAWL] [--limit N] [--requeue [URL ...] | --purge [URL ...]]\n"
+                "  dead   [CRAWL] [--limit N] [--json] [--requeue [URL ...] | --purge [URL ...]]\n"
                 "  seed   [CRAWL] URL ... | -f FILE | -\n"
                 "  forget [CRAWL] URL ... | -f FILE | -\n"
                 "  reset  [CRAWL] --yes [--records]\n"
@@ -117,13 +118,13 @@ class Command(ScrapyCommand):
                             "per line)")
         g.add_argument("--watch", action="store_true",
                        help="[status] redraw every --interval seconds, like top")
-        g.add_argument("--interval", type=float, default=WATCH_INTERVAL_SECONDS,
-                       metavar="SECONDS", help="[status --watch] refresh period (default 2)")
+        g.add_argument("--interval", type=float, default=None, metavar="SECONDS",
+                       help="[status --watch] refresh period (default 2)")
         g.add_argument("--sample", type=float, default=None, metavar="SECONDS",
                        help="[status] trend window of the warnings, one status taking two "
                             "samples this far apart (default 2; 0 = one sample, no trends); "
                             "--watch compares with the sample this old (default 10)")
-        g.add_argument("--limit", type=int, default=DEAD_LIMIT, metavar="N",
+        g.add_argument("--limit", type=int, default=None, metavar="N",
                        help="[dead] list at most N dead letters, newest first (0 = all)")
         g.add_argument("--requeue", nargs="*", metavar="URL", default=None,
                        help="[dead] requeue these dead letters (all without URL), attempts "
@@ -137,8 +138,8 @@ class Command(ScrapyCommand):
         g.add_argument("--records", action="store_true",
                        help="[reset] delete UpsertPipeline's records of the crawl too "
                             "(kept without it)")
-        g.add_argument("--bind", metavar="HOST", default="127.0.0.1",
-                       help="[metrics, dashboard] address to listen on (default 127.0.0.1)")
+        g.add_argument("--bind", metavar="HOST", default=None,
+                       help=f"[metrics, dashboard] address to listen on (default {BIND})")
         g.add_argument("--port", type=int, default=None, metavar="N",
                        help=f"[metrics, dashboard] port (default {METRICS_PORT}, "
                             f"{DASHBOARD_PORT}; 0 = any free port, printed)")
@@ -171,15 +172,21 @@ class Command(ScrapyCommand):
 
 
 def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
+    """A usage error for an option given to a subcommand that does not take it (each
+    option of the add-on's group defaults to None or False, so that given is told from
+    not given), and for values out of range."""
     misplaced = {
         "--watch": opts.watch and sub != "status",
+        "--interval": opts.interval is not None and sub != "status",
         "--sample": opts.sample is not None and sub != "status",
         "--json": opts.json and sub not in ("status", "dead"),
+        "--limit": opts.limit is not None and sub != "dead",
         "--requeue": opts.requeue is not None and sub != "dead",
         "--purge": opts.purge is not None and sub != "dead",
         "--file": bool(opts.file) and sub not in URL_SUBCOMMANDS,
         "--yes": opts.yes and sub != "reset",
         "--records": opts.records and sub != "reset",
+        "--bind": opts.bind is not None and sub not in SERVERS,
         "--port": opts.port is not None and sub not in SERVERS,
         "--all-crawls": opts.all_crawls and sub != "metrics",
         "--allow-writes": opts.allow_writes and sub != "dashboard",
@@ -191,7 +198,9 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
         raise UsageError("use --requeue or --purge, not both")
     if sub not in URL_SUBCOMMANDS and len(rest) > 1:
         raise UsageError(f"'{sub}' takes at most one CRAWL, got {' '.join(rest)}")
-    if opts.interval <= 0 or (opts.sample is not None and opts.sample < 0) or opts.limit < 0:
+    if ((opts.interval is not None and opts.interval <= 0)
+            or (opts.sample is not None and opts.sample < 0)
+            or (opts.limit is not None and opts.limit < 0)):
         raise UsageError("--interval must be above 0, --sample and --limit at least 0")
 
 
@@ -324,10 +333,12 @@ async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
     else:
         app, port, what = dashboard_app(reader, crawl, opts.allow_writes), DASHBOARD_PORT, (
             "Dashboard" + (" (writes allowed)" if opts.allow_writes else " (read-only)"))
+    bind = BIND if opts.bind is None else opts.bind
+    port = port if opts.port is None else opts.port
     try:
-        await serve(app, opts.bind, port if opts.port is None else opts.port, what)
+        await serve(app, bind, port, what)
     except OSError as exc:
-        raise CommandError(f"cannot listen on {opts.bind}:{opts.port}: {exc.strerror}") from None
+        raise CommandError(f"cannot listen on {bind}:{port}: {exc.strerror}") from None
     return 0
 
 
@@ -348,6 +359,7 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
         _print_status(cur, prev, warnings, opts.json, where, budgets)
         return 0
     trend = WATCH_TREND_SECONDS if opts.sample is None else opts.sample
+    interval = WATCH_INTERVAL_SECONDS if opts.interval is None else opts.interval
     history: deque[Snapshot] = deque()
     # Ctrl-C ends the watch once the redraw in progress is done: handled here rather
     # than by cancelling the task (asyncio.run's way), which a Redis call in flight can
@@ -372,7 +384,7 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
             _print_status(cur, prev, warnings, opts.json, where, budgets)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(),
-                                   max(0.0, opts.interval - (time.monotonic() - started)))
+                                   max(0.0, interval - (time.monotonic() - started)))
     return 0
 
 
@@ -527,7 +539,8 @@ async def _dead(admin: FleetAdmin, opts: argparse.Namespace) -> int:
     action = "requeue" if opts.requeue is not None else "purge" if opts.purge is not None \
         else None
     if action is None:
-        total, letters = await admin.dead_letters(limit=opts.limit or None)
+        limit = DEAD_LIMIT if opts.limit is None else opts.limit
+        total, letters = await admin.dead_letters(limit=limit or None)
         if opts.json:
             print(json.dumps({"crawl": crawl, "dead": total,
                               "letters": [d.to_dict() for d in letters]}))
