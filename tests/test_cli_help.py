@@ -1,9 +1,11 @@
-"""``scrapy leased --help`` reads as a help page at any terminal width (#25 item 8).
+"""``scrapy leased --help`` reads as a help page at any terminal width, its usage lines
+name each subcommand's options, and a worker at DEBUG logs no redis-py maintenance
+line (#25 item 8).
 
 Scrapy's help formatter takes every help line that ends with ``:`` for a section heading
 (it title-cases it and underlines it), so a help text wrapped after a colon printed a row
-of ``=====`` in the middle of an option. No Redis is needed: the help is printed before
-the command connects to anything."""
+of ``=====`` in the middle of an option. The help tests need no Redis: the help is
+printed before the command connects to anything."""
 
 from __future__ import annotations
 
@@ -151,35 +153,77 @@ def test_usage_lines_name_every_option_of_a_subcommand(where: str) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_no_maintenance_notification_flood_at_debug(redis_server) -> None:
-    """#25 item 8: redis-py's DEBUG line on each connection to a Redis without
-    maintenance notifications (Redis 7 here) is not in a worker's log; other redis-py
-    DEBUG lines still are."""
-    import asyncio
+MAINTENANCE = "Failed to enable maintenance notifications"
+
+
+def test_redis_py_logs_the_maintenance_line_against_this_redis(redis_server) -> None:
+    """The control of the next test: without scrapy_leased, redis-py at DEBUG logs the
+    line on each new connection to this Redis (7: no CLIENT MAINT_NOTIFICATIONS)."""
+    code = (
+        "import asyncio, logging, sys\n"
+        "import redis.asyncio as redis\n"
+        "logging.basicConfig(level=logging.DEBUG, stream=sys.stdout)\n"
+        "async def main():\n"
+        f"    c = redis.from_url({redis_server.url!r}, protocol=3)\n"
+        "    await c.ping()\n"
+        "    await c.aclose()\n"
+        "asyncio.run(main())\n"
+        "print('imported scrapy_leased:', 'scrapy_leased' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert MAINTENANCE in out and "imported scrapy_leased: False" in out, out
+
+
+def test_no_maintenance_notification_flood_in_a_worker_at_debug(
+        redis_server, make_site, start_worker, crawl_id) -> None:
+    """#25 item 8: a real ``scrapy crawl`` worker at LOG_LEVEL=DEBUG against Redis 7
+    logged redis-py's maintenance line on each new connection (10 in this crawl without
+    the filter of connection.py). It logs none, while redis-py's other DEBUG lines are
+    still there: the pub/sub connection of the worker's penalty watch is killed mid-crawl
+    (CLIENT KILL TYPE pubsub), and redis-py's DEBUG line about that ConnectionError is in
+    the log, as is the reconnection's (its handshake tries maintenance notifications
+    again: filtered too)."""
+    from scrapy_leased.frontier.keys import CrawlKeys
+    from tests.support.workers import wait_for
+
+    keys = CrawlKeys(crawl_id)
+    r = redis_server.client(decode_responses=True)
+    assert r.info("server")["redis_version"].startswith("7."), "this check needs Redis 7"
+    site = make_site(pages=60, delay=0.05)
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0",
+                     settings={"LOG_LEVEL": "DEBUG", "CONCURRENT_REQUESTS": 2})
+    wait_for(lambda: int(r.hget(keys.stats, "done") or 0) >= 10
+             and r.pubsub_numsub(keys.penalties)[0][1] > 0, 60,
+             "10 pages done, the penalty watch subscribed", [w])
+    assert r.execute_command("CLIENT", "KILL", "TYPE", "pubsub") == 1
+    wait_for(lambda: "[redis.asyncio.client] DEBUG: ConnectionError" in w.log_text(), 60,
+             "redis-py's DEBUG line about the killed connection", [w])
+    wait_for(lambda: r.pubsub_numsub(keys.penalties)[0][1] > 0, 60,
+             "the penalty watch subscribed again", [w])
+    assert w.wait(90) == 0, w.log_tail()
+    assert w.close_reason() == "finished"
+    log = w.log_text()
+    assert "DEBUG: Crawled (200)" in log  # DEBUG it is
+    assert MAINTENANCE not in log, [ln for ln in log.splitlines() if MAINTENANCE in ln][:3]
+
+
+def test_the_filter_drops_only_the_maintenance_line() -> None:
+    """connection.py's filter on redis-py's two connection loggers drops that one
+    message and passes any other record of theirs, whatever its level."""
     import logging
 
-    from scrapy_leased.connection import make_client
+    import scrapy_leased.connection  # noqa: F401 (installs the filter)
 
-    seen: list[str] = []
+    for name in ("redis.connection", "redis.asyncio.connection"):
+        logger = logging.getLogger(name)
+        assert logger.filters, name
 
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            seen.append(record.getMessage())
+        def passes(msg: str, level: int = logging.DEBUG) -> bool:
+            return bool(logger.filter(logger.makeRecord(name, level, __file__, 1, msg, (),
+                                                        None)))
 
-    handler = Keep(level=logging.DEBUG)
-    root = logging.getLogger()
-    old = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        async def use() -> None:
-            client = make_client(redis_server.url)
-            try:
-                await asyncio.gather(*(client.blpop(["nothing"], 0.05) for _ in range(5)))
-            finally:
-                await client.aclose()
-        asyncio.run(use())
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old)
-    assert not [m for m in seen if "maintenance notifications" in m], seen
+        assert not passes(f"{MAINTENANCE}: unknown subcommand 'MAINT_NOTIFICATIONS'.")
+        assert passes("ConnectionError while reading response, with connection: ...")
+        assert passes("Discarding 1 push notification(s) buffered on a connection")
+        assert passes(f"not the message: {MAINTENANCE}")
+        assert passes("Connection refused", logging.WARNING)
