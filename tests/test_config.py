@@ -74,7 +74,9 @@ def test_renew_interval_must_be_shorter_than_the_lease():
     ({"LEASED_RATE": "fast"}, "LEASED_RATE ('fast')"),
     ({"LEASED_RATE": "0/min"}, "LEASED_RATE ('0/min')"),
     ({"LEASED_RATE": "10/fortnight"}, "LEASED_RATE ('10/fortnight')"),
-    ({"LEASED_RATE": "10/s", "LEASED_RATE_BURST": "0"}, "burst of LEASED_RATE ('0')"),
+    ({"LEASED_RATE": "10/s", "LEASED_RATE_BURST": "0"}, "LEASED_RATE_BURST ('0')"),
+    ({"LEASED_RATE_BURST": "many"}, "LEASED_RATE_BURST ('many')"),  # even with no rate
+    ({"LEASED_RATES": {"a.com": {"rate": "1/s", "burst": 0}}}, "burst of LEASED_RATES['a.com']"),
     ({"LEASED_RATES": {"a.com": {"rate": "1/s", "speed": 2}}}, "LEASED_RATES['a.com']"),
     ({"LEASED_RATE_KEY": "ip"}, "LEASED_RATE_KEY ('ip')"),
     ({"LEASED_RATE_BACKOFF": "-1"}, "LEASED_RATE_BACKOFF ('-1')"),

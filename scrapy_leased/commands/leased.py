@@ -45,6 +45,7 @@ from ..config import (
     LeasedConfigError,
     check_crawl_id,
     check_redis_url,
+    number_setting,
 )
 from ..connection import make_client, redact
 from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
@@ -161,7 +162,7 @@ class Command(ScrapyCommand):
         _check_options(sub, rest, opts)
         try:
             self.exitcode = asyncio.run(_main(sub, rest, opts, self.settings))
-        except CommandError as exc:
+        except (CommandError, LeasedConfigError) as exc:  # a bad setting: its name, no trace
             print(f"Error: {exc}", file=sys.stderr)
             self.exitcode = 1
         except (RedisError, OSError) as exc:  # Redis went away in the middle
@@ -208,10 +209,9 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
 
 
 async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: Settings) -> int:
-    try:
-        config = LeasedConfig.from_settings(settings)
-    except LeasedConfigError as exc:
-        raise CommandError(str(exc)) from None
+    config = LeasedConfig.from_settings(settings)  # a bad setting: before Redis is reached
+    if sub == "status" or sub in SERVERS:
+        _concurrency(settings)
     crawl_arg = None
     if rest and not (sub in URL_SUBCOMMANDS and _looks_like_source(rest[0])):
         crawl_arg, rest = rest[0], rest[1:]
@@ -247,6 +247,12 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
         return await _reset(admin, opts, redact(url), config.upsert.prefix)
     finally:
         await client.aclose()
+
+
+def _concurrency(settings: Settings) -> int:
+    """CONCURRENT_REQUESTS, the capacity of a worker that did not record its own."""
+    return int(number_setting(settings, "CONCURRENT_REQUESTS", 16, minimum=1, integer=True,
+                              exclusive=False))
 
 
 def _looks_like_source(arg: str) -> bool:
@@ -327,7 +333,7 @@ async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
     only = [crawl] if sub == "metrics" and crawl is not None else None
     reader = FleetReader(client, where, budgets, worker_ttl_ms=int(config.worker_ttl * 1000),
                          lease_ms=config.lease_ms, max_attempts=config.max_attempts,
-                         default_capacity=settings.getint("CONCURRENT_REQUESTS"), only=only)
+                         default_capacity=_concurrency(settings), only=only)
     if sub == "metrics":
         app, port, what = metrics_app(reader), METRICS_PORT, "Prometheus metrics"
     else:
@@ -347,7 +353,7 @@ async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
 
 async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Settings,
                   where: str, budgets: Budgets) -> int:
-    default_cap = settings.getint("CONCURRENT_REQUESTS")
+    default_cap = _concurrency(settings)
     if not opts.watch:
         sample = SAMPLE_SECONDS if opts.sample is None else opts.sample
         prev = None

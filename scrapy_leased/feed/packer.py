@@ -17,7 +17,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import RequestFingerprinter
 
 from ..codec import Codec
-from ..config import LeasedConfig
+from ..config import LeasedConfig, LeasedConfigError
 from ..frontier import NewRequest
 from ..frontier.fingerprints import split_fingerprint
 from ..order import FIFO
@@ -25,8 +25,14 @@ from ..ratelimit.budgets import Budgets
 
 
 def fingerprinter_for(settings: Settings) -> Any:
-    """The project's request fingerprinter, without a running crawl."""
-    cls = load_object(settings["REQUEST_FINGERPRINTER_CLASS"])
+    """The project's request fingerprinter, without a running crawl; LeasedConfigError
+    naming REQUEST_FINGERPRINTER_CLASS when it cannot be loaded."""
+    path = settings["REQUEST_FINGERPRINTER_CLASS"]
+    try:
+        cls = load_object(path)
+    except (ImportError, NameError, TypeError, ValueError, AttributeError) as exc:
+        raise LeasedConfigError(f"REQUEST_FINGERPRINTER_CLASS ({path!r}) cannot be loaded: "
+                                f"{type(exc).__name__}: {exc}") from None
     if cls is RequestFingerprinter:
         return RequestFingerprinter()
     from scrapy.crawler import Crawler

@@ -16,7 +16,7 @@ from scrapy import Request
 from scrapy.settings import BaseSettings
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..config import LeasedConfigError, bool_setting, ms_setting, parse_rate
+from ..config import LeasedConfigError, bool_setting, ms_setting, number_setting, parse_rate
 from ..frontier import Budget
 from ..meta import META_LANE
 from .state import HALF_LIFE_MS
@@ -39,7 +39,9 @@ class Budgets:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Budgets:
-        burst = settings.get("LEASED_RATE_BURST") or 1
+        # checked on its own, with its name, even with no rate set that it would apply to
+        burst = number_setting(settings, "LEASED_RATE_BURST", 1, minimum=1, integer=True,
+                               exclusive=False)
         default = parse_rate(settings.get("LEASED_RATE"), burst, "LEASED_RATE")
         exact: dict[str, Budget] = {}
         domains: list[tuple[str, Budget]] = []
