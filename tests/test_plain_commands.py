@@ -1,6 +1,6 @@
 """Scrapy's own one-page commands with the add-on in settings.py (#25 item 2): ``shell``,
-``fetch``, ``parse``, ``view``-less ``check`` and ``bench`` run as plain Scrapy, print
-what plain Scrapy prints, and write no key to Redis. Real ``scrapy`` processes in
+``fetch``, ``parse``, ``view``, ``check`` and ``bench`` run as plain Scrapy, print (or,
+for ``view``, show the browser) what plain Scrapy does, and write no key to Redis. Real ``scrapy`` processes in
 tests/project (whose settings.py enables the add-on), a real private redis-server as
 ``LEASED_REDIS_URL``, the local test site."""
 
@@ -15,13 +15,17 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.support.site import page_html
+
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "tests" / "project"
 
 
-def scrapy(*args: str, plain: bool, redis_url: str) -> subprocess.CompletedProcess[str]:
+def scrapy(*args: str, plain: bool, redis_url: str,
+           env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPY_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.update(env_extra or {})
     if plain:
         env["TESTPROJECT_NO_ADDON"] = "1"
     return subprocess.run(
@@ -73,4 +77,34 @@ def test_bench_writes_nothing_to_redis(redis_server):
                     redis_url=redis_server.url)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "scrapy_leased: off for `scrapy bench`" in result.stderr
+    assert keys(redis_server.url) - before == set()
+
+
+def test_view_opens_the_page_as_plain_scrapy_and_writes_nothing_to_redis(
+        redis_server, make_site, tmp_path):
+    """``scrapy view URL`` hands the page, saved to a file, to the web browser
+    (``webbrowser``, which runs the command in BROWSER): here a script recording the URL
+    it is given. With the add-on in settings.py it runs as plain Scrapy: the same page,
+    the site's body with Scrapy's <base> tag, and no key written to Redis."""
+    site = make_site(pages=10)
+    url = site.url + "/p/3"
+    browser = tmp_path / "browser.sh"
+    browser.write_text('#!/bin/sh\nprintf \'%s\\n\' "$1" >> "$VIEW_RECORD"\n')
+    browser.chmod(0o755)
+    before = keys(redis_server.url)
+    saved = {}
+    for plain in (True, False):
+        record = tmp_path / f"opened-{plain}.txt"
+        result = scrapy("view", url, "--nolog", plain=plain, redis_url=redis_server.url,
+                        env_extra={"BROWSER": str(browser), "VIEW_RECORD": str(record)})
+        assert result.returncode == 0, result.stderr[-2000:]
+        (opened,) = record.read_text().splitlines()  # the browser ran once
+        assert opened.startswith("file://") and opened.endswith(".html"), opened
+        page = Path(opened[len("file://"):])
+        saved[plain] = page.read_bytes()
+        page.unlink()
+    assert saved[False] == saved[True]
+    base = f'<base href="{url}">'.encode()
+    assert base in saved[False], saved[False][:300]
+    assert saved[False].replace(base, b"") == page_html(3, 10)  # the site's page
     assert keys(redis_server.url) - before == set()
