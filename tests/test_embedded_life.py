@@ -169,12 +169,20 @@ def test_a_worker_killed_with_kill_9_leaves_the_server_to_the_other_then_it_stop
 
 
 def test_a_failed_command_in_a_fresh_folder_leaves_no_server(folder, crawl_id):
+    # a line that is not a request: refused before the server is started at all
     seed = folder.leased("seed", crawl_id, "not a url")
-    exited = time.monotonic()
     assert seed.returncode == 1, (seed.stdout, seed.stderr)
     assert "not a URL" in seed.stderr
-    took = wait_gone(folder.data_dir, exited)
-    assert took <= GONE_WITHIN
+    assert not folder.data_dir.exists() and not server_pids(folder.data_dir)
+    # a seed that fails once the server runs (it started it: a fresh folder; the crawl
+    # was started with another seen-set layout) leaves no server
+    assert folder.leased("seed", crawl_id, "http://example.com/1").returncode == 0
+    assert wait_gone(folder.data_dir, time.monotonic()) <= GONE_WITHIN
+    seed = folder.leased("seed", crawl_id, "http://example.com/2", "-s",
+                         "LEASED_SEEN_BUCKET_BITS=12")
+    exited = time.monotonic()
+    assert seed.returncode == 1 and "LEASED_SEEN_BUCKET_BITS" in seed.stderr, seed.stderr
+    assert wait_gone(folder.data_dir, exited) <= GONE_WITHIN
     # an unknown crawl: the command restarts the server from the seed's AOF, fails, and
     # leaves no server either
     status = folder.leased("status", "no-such-crawl", "--sample", "0")

@@ -104,14 +104,20 @@ def test_a_bad_setting_is_the_crawls_one_line_under_scrapy_leased(setting: str) 
         assert error_message(leased(*sub, "--redis-url", url, "-s", setting)) == expected, sub
 
 
-def test_a_bad_setting_in_settings_py_is_the_crawls_one_line_too(tmp_path: Path) -> None:
-    """The same for a bad LEASED_RATE in the project's settings.py (the test project,
-    copied): `scrapy crawl` and every `scrapy leased` subcommand, embedded included."""
+def project_copy(tmp_path: Path, more_settings: str) -> Path:
+    """The test project, copied, with lines added to its settings.py."""
     project = tmp_path / "project"
     shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns(".scrapy", "__pycache__"))
     settings = project / "testproject" / "settings.py"
-    settings.write_text(settings.read_text() + f'\nLEASED_RATE = "abc"\n'
-                        f'LEASED_REDIS_URL = "redis://127.0.0.1:{free_port()}/0"\n')
+    settings.write_text(settings.read_text() + "\n" + more_settings)
+    return project
+
+
+def test_a_bad_setting_in_settings_py_is_the_crawls_one_line_too(tmp_path: Path) -> None:
+    """The same for a bad LEASED_RATE in the project's settings.py (the test project,
+    copied): `scrapy crawl` and every `scrapy leased` subcommand, embedded included."""
+    project = project_copy(tmp_path, f'LEASED_RATE = "abc"\n'
+                                     f'LEASED_REDIS_URL = "redis://127.0.0.1:{free_port()}/0"\n')
     expected = critical_message(crawl_in(project))
     assert "LEASED_RATE ('abc')" in expected, expected
     for sub in (*SUBCOMMANDS, ["embedded", "status"]):
@@ -119,13 +125,14 @@ def test_a_bad_setting_in_settings_py_is_the_crawls_one_line_too(tmp_path: Path)
     assert not (project / ".scrapy").exists()  # no embedded Redis started on the way
 
 
-def test_bad_scrapy_settings_a_command_reads_are_one_line(redis_server) -> None:
+def test_bad_scrapy_settings_a_command_reads_are_one_line(tmp_path: Path) -> None:
     """Scrapy's own settings that `scrapy leased` reads: CONCURRENT_REQUESTS (status, the
     dashboard: a worker's capacity) and REQUEST_FINGERPRINTER_CLASS (seed, forget) were a
-    traceback. (`scrapy crawl` itself reports a bad CONCURRENT_REQUESTS with Scrapy's
-    traceback, with or without the add-on.)"""
-    url = redis_server.url
-    assert leased("seed", "c", "http://example.com/", "--redis-url", url).returncode == 0
+    traceback, the latter after reaching Redis (and `seed` started the embedded Redis
+    first). Now one line, before Redis is reached or started. (`scrapy crawl` itself
+    reports a bad CONCURRENT_REQUESTS with Scrapy's traceback, with or without the
+    add-on.)"""
+    url = f"redis://127.0.0.1:{free_port()}/0"  # unreachable: the error comes first
     for sub in (["status", "c"], ["dashboard", "c", "--port", "0"]):
         for value, words in (("abc", "must be an integer"), ("0", "must be at least 1")):
             line = error_message(leased(*sub, "--redis-url", url, "-s",
@@ -135,3 +142,7 @@ def test_bad_scrapy_settings_a_command_reads_are_one_line(redis_server) -> None:
         line = error_message(leased(sub, "c", "http://example.com/x", "--redis-url", url, "-s",
                                     "REQUEST_FINGERPRINTER_CLASS=no.Such"))
         assert line.startswith("REQUEST_FINGERPRINTER_CLASS ('no.Such') cannot be loaded"), line
+    project = project_copy(tmp_path, 'REQUEST_FINGERPRINTER_CLASS = "no.Such"\n')
+    line = error_message(leased("seed", "c", "http://example.com/", cwd=project))
+    assert line.startswith("REQUEST_FINGERPRINTER_CLASS ('no.Such')"), line
+    assert not (project / ".scrapy").exists()  # no embedded Redis started for it

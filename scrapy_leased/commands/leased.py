@@ -215,6 +215,11 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
     crawl_arg = None
     if rest and not (sub in URL_SUBCOMMANDS and _looks_like_source(rest[0])):
         crawl_arg, rest = rest[0], rest[1:]
+    lines: list[str] = []
+    requests: list[NewRequest] = []
+    if sub in URL_SUBCOMMANDS:  # a bad line or setting: before Redis is reached (or started)
+        lines = _read_urls(rest, opts.file)
+        requests = _packed(lines, settings, config, sub)
     url, source = _redis_url(opts, config, start_embedded=sub == "seed")
     client = make_client(url)
     try:
@@ -239,9 +244,9 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
         if sub == "dead":
             return await _dead(admin, opts)
         if sub == "seed":
-            return await _seed(admin, rest, opts, settings, config)
+            return await _seed(admin, lines, requests, config)
         if sub == "forget":
-            return await _forget(admin, rest, opts, settings, config)
+            return await _forget(admin, lines, requests, config)
         if sub in CONTROL:
             return await _control(admin, sub, config)
         return await _reset(admin, opts, redact(url), config.upsert.prefix)
@@ -634,10 +639,8 @@ def _packed(lines: list[str], settings: Settings, config: LeasedConfig,
     return requests
 
 
-async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
-                settings: Settings, config: LeasedConfig) -> int:
-    lines = _read_urls(sources, opts.file)
-    requests = _packed(lines, settings, config, "seed")
+async def _seed(admin: FleetAdmin, lines: list[str], requests: list[NewRequest],
+                config: LeasedConfig) -> int:
     try:
         queued = await admin.seed(requests, config.seen_bucket_bits, config.seen_ttl_ms)
     except ValueError as exc:
@@ -648,10 +651,9 @@ async def _seed(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
     return 0
 
 
-async def _forget(admin: FleetAdmin, sources: list[str], opts: argparse.Namespace,
-                  settings: Settings, config: LeasedConfig) -> int:
-    urls = _read_urls(sources, opts.file)
-    entries = [(r.bucket, r.member) for r in _packed(urls, settings, config, "forget")
+async def _forget(admin: FleetAdmin, urls: list[str], requests: list[NewRequest],
+                  config: LeasedConfig) -> int:
+    entries = [(r.bucket, r.member) for r in requests
                if r.bucket is not None]  # (dont_filter: never in the seen set)
     try:
         await admin.frontier.check_layout(config.seen_bucket_bits, config.seen_ttl_ms)
