@@ -255,6 +255,9 @@ class LeasedScheduler(BaseScheduler):
         self.run = RunMarker(client, keys, self.worker_id,
                              max(worker_ttl_ms, 3 * int(self.config.renew_interval * 1000)),
                              worker_ttl_ms)
+        # a feed key a producer wrote with the wrong command: moved aside before a fresh
+        # run reads the feed (lua/run_flush.lua refuses it)
+        await self.feed.set_aside()
         if self.config.flush_on_start:
             # first: a fresh run also ends a stop a LEASED_CLOSE_* limit set (run_flush.lua)
             await self._flush_on_start()

@@ -187,6 +187,20 @@ class CrawlKeys:
         """LIST: JSON requests pushed by any producer (docs/feed.md; ``RPUSH``), drained
         into the queues by the workers (lua/feed_take.lua, lua/feed_commit.lua).""")
 
+    def feed_wrongtype(self, ms: int) -> str:
+        """Any type: a feed key a producer wrote with another command than ``RPUSH``
+        (XADD, SET, ...), moved aside whole by the first worker that met it
+        (lua/feed_aside.lua) so that the feed works again: ``feed:wrongtype:<ms>``, the
+        Redis TIME of the move in ms. Never read or deleted by the workers (nor by a
+        fresh run); read what the producer wrote there, push it again as JSON entries
+        with ``RPUSH`` (docs/feed.md), then delete it. ``scrapy leased reset`` deletes
+        it with the crawl's other keys."""
+        return self._key(f"feed:wrongtype:{ms}")
+
+    def is_feed_wrongtype(self, key: str) -> bool:
+        """Whether ``key`` is a feed key moved aside (``feed_wrongtype``)."""
+        return key.startswith(self._key("feed:wrongtype:"))
+
     feed_taken = KeyName(
         """HASH: worker id -> ``<batch id> <JSON array>``: the feed entries it took and has
         not queued yet (lua/feed_take.lua); back to the feed when its deadline passed.""")
@@ -230,10 +244,11 @@ class CrawlKeys:
         the fencing tokens and epoch (never issued twice), the control state, the feed
         (work pushed before the fleet started is the new run's; the batches taken off it
         and not queued go back to it: lua/run_flush.lua) and the UpsertPipeline
-        records."""
+        records, and what a producer wrote to the feed with the wrong command (moved
+        aside: ``feed_wrongtype``)."""
         return key in (self.run, self.workers, self.worker_info, self.meta, self.tokens,
                        self.epoch, self.control, self.feed) \
-            or self.is_records(key, records_prefix)
+            or self.is_records(key, records_prefix) or self.is_feed_wrongtype(key)
 
     def is_records(self, key: str, prefix: str = "records") -> bool:
         """Whether ``key`` is one of the ``records`` hashes (with this prefix): kept by

@@ -79,8 +79,8 @@
 -- wrong type (a producer's XADD or SET) cannot fail the call after its writes: the
 -- queued work is claimed as usual and the feed is reported as holding 1 entry, so the
 -- worker goes to drain it, where feed_take.lua refuses before any write with the key and
--- its type (lib_keys.lua), which the worker logs as an ERROR. The rest of the crawl goes
--- on; it does not end while its feed is unreadable (the feed may hold work).
+-- its type (lib_keys.lua); the worker moves the key aside (feed_aside.lua, logged as an
+-- ERROR), and the feed works again.
 local feed = redis.pcall('LLEN', KEYS[13])
 local feed_taken = redis.pcall('HLEN', KEYS[14])
 if type(feed) ~= 'number' or type(feed_taken) ~= 'number' then

@@ -6,7 +6,8 @@
 -- or SET on the feed would otherwise make a command fail half-way through a script,
 -- after earlier writes were applied (Redis does not undo them), and each retry of the
 -- call would apply them again. The error names the key and its type; the worker
--- surfaces it (frontier/scripts.py WrongKeyType) and changes nothing until it is fixed.
+-- surfaces it (frontier/scripts.py WrongKeyType): a feed key of the wrong type is moved
+-- aside (feed_aside.lua, feed/drain.py), any other waits until it is fixed.
 
 -- The error reply 'KEYTYPE <key> is a <type>, not a <want> (<what>)', or nil
 -- when the key does not exist or holds a `want` (a TYPE name: list, hash, zset, ...).
