@@ -51,7 +51,7 @@ from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota
 from ._command import exit_if_command_line
 from ._compat import asyncio_loop_in_use
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
-from ._supervise import BUG_REASON, close_crawl, supervise
+from ._supervise import BUG_REASON, PartFailed, close_crawl, supervise
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError, safe_text
 from .config import LeasedConfig
@@ -959,8 +959,11 @@ class LeasedScheduler(BaseScheduler):
         except (RedisError, OSError) as exc:
             self._warn("feed", "Cannot take entries off the feed, retrying: %s", exc)
             return False
-        # anything else is a bug: it ends the claim loop, which stops the worker
-        # (_supervise.py); the batch it took goes back to the feed after its lease
+        except Exception as exc:
+            # a bug: it ends the claim loop, which stops the worker, reported as one in
+            # the feed drain (_supervise.py); the batch it took goes back to the feed
+            # after its lease
+            raise PartFailed("the feed drain", exc) from exc
         self._warn.clear("feed")
         return taken > 0
 

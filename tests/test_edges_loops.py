@@ -52,7 +52,7 @@ CASES = {
     "upsert": ("the item writer of UpsertPipeline", 2, LONG_LEASE),
     # the feed batch taken goes back to the feed after its lease (no script gives it
     # back sooner): a short lease
-    "feed": ("the claim loop", 1, 2.0),
+    "feed": ("the feed drain", 1, 2.0),
 }
 
 
