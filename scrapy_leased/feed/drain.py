@@ -102,11 +102,11 @@ class FeedDrainer:
     async def set_aside(self) -> None:
         """When a producer wrote the crawl's feed key with another command than RPUSH
         (XADD, SET, ...), no worker can take entries off it, and the crawl, whose feed
-        may hold work, could never end: move the key aside whole (Frontier.set_feed_aside;
+        may hold work, could never end: move the key aside whole (Frontier.set_aside;
         nothing deleted), say so once at ERROR with both keys and what to do, and count
         it (``leased/feed_set_aside``). Nothing to do when the feed is a LIST or absent.
         Raises RedisError like any call."""
-        moved = await self.frontier.set_feed_aside()
+        moved = await self.frontier.set_aside("feed")
         if moved is None:
             return
         kind, aside = moved

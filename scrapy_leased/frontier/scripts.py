@@ -37,7 +37,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "expired": ("lib_time", "lib_batch"),
     "recover": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
     "revisit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
-    "renew": ("lib_guard", "lib_batch"),
+    "renew": ("lib_guard", "lib_batch", "lib_keys"),
     "release": ("lib_envelope", "lib_settle"),
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),
@@ -50,7 +50,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "control": ("lib_time",),  # fleet/admin.py (scrapy leased pause, resume, stop)
     "cookies_set": ("lib_time",),  # cookies.py: the fleet's cookie jars
     # forget: no helpers (fleet/admin.py, scrapy leased forget)
-    # feed_aside: no helpers (feed/drain.py: a feed key of the wrong type moved aside)
+    # key_aside: no helpers (a feed or control key of the wrong type moved aside)
     # read: several reads with the server time, atomically (read_atomic below)
 }
 
@@ -89,7 +89,8 @@ class WrongKeyType(ResponseError):
     (lua/lib_keys.lua). The message names the key, its type and the one expected. A
     ResponseError (a RedisError): a worker's loops retry it with their back-off, so the
     crawl goes on by itself once the key is fixed. The feed key itself (a producer's
-    XADD or SET) is moved aside by the worker that meets it (feed/drain.py)."""
+    XADD or SET) and the control state (a SET by hand) are moved aside by the worker
+    that meets them (feed/drain.py, scheduler.py)."""
 
     def __init__(self, message: str) -> None:
         detail = message[len(WRONG_TYPE_PREFIX):]
