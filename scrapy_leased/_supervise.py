@@ -2,12 +2,13 @@
 
 Each background task of the add-on (the claim loop, the commit writer, the lease
 renewals, the recovery sweep, the fleet stats flush, the penalty watch, the fleet log
-line) runs through ``supervise``. The task handles what it expects itself (Redis
-unreachable: retried; one bad input: refused alone, the loop goes on). An exception
-that reaches the supervisor is a bug: it is logged at CRITICAL with its traceback and
-``on_bug`` is called, which stops the worker with the close reason ``BUG_REASON``
-(``LeasedScheduler.task_failed``): requests in progress finish, the claims not started
-are given back to the queue, and the process ends, instead of staying up renewing
+line) runs through ``supervise``; the feed drain runs inside the claim loop, and a bug
+there is reported as one in "the feed drain" (``PartFailed``). The task handles what it
+expects itself (Redis unreachable: retried; one bad input: refused alone, the loop goes
+on). An exception that reaches the supervisor is a bug: it is logged at CRITICAL with
+its traceback and ``on_bug`` is called, which stops the worker with the close reason
+``BUG_REASON`` (``LeasedScheduler.task_failed``): requests in progress finish, the
+claims not started are given back to the queue, and the process ends, instead of staying up renewing
 leases and doing nothing. A cancellation (the worker closing) is never taken for a bug,
 and never swallowed.
 """
@@ -33,10 +34,22 @@ OnBug = Callable[[str, BaseException], None]
 _closers: set[asyncio.Future[None]] = set()  # referenced until done (asyncio keeps weak ones)
 
 
+class PartFailed(Exception):
+    """A bug in one part of a task, raised out of the task so that the supervisor
+    reports it under the part's name: the feed drain runs inside the claim loop, and a
+    bug there is said to be in "the feed drain". ``error`` is the exception itself."""
+
+    def __init__(self, part: str, error: Exception) -> None:
+        super().__init__(part, error)
+        self.part = part
+        self.error = error
+
+
 def supervise(name: str, coro: Coroutine[Any, Any, None], on_bug: OnBug) -> asyncio.Task[None]:
     """Run ``coro`` as a task named ``name`` (said in the log: "the claim loop"); an
     exception other than a cancellation ending it is logged with its traceback and
-    passed to ``on_bug(name, exc)``."""
+    passed to ``on_bug(name, exc)`` (a ``PartFailed``: under its part's name, with the
+    exception it carries)."""
     return asyncio.ensure_future(_guarded(name, coro, on_bug))
 
 
@@ -46,6 +59,8 @@ async def _guarded(name: str, coro: Coroutine[Any, Any, None], on_bug: OnBug) ->
     except asyncio.CancelledError:
         raise
     except Exception as exc:
+        if isinstance(exc, PartFailed):  # in one part of the task: named after it
+            name, exc = exc.part, exc.error
         logger.critical("Unexpected error in %(task)s of this worker (a bug): the worker "
                         "stops (close reason %(reason)s); the requests it has not started "
                         "go back to the queue", {"task": name, "reason": BUG_REASON},

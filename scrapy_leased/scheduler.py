@@ -51,7 +51,7 @@ from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota
 from ._command import exit_if_command_line
 from ._compat import asyncio_loop_in_use
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
-from ._supervise import BUG_REASON, close_crawl, supervise
+from ._supervise import BUG_REASON, PartFailed, close_crawl, supervise
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError, safe_text
 from .config import LeasedConfig
@@ -80,6 +80,7 @@ from .frontier import (
     Revisit,
 )
 from .frontier.run import SEED, SEEDED, RunMarker
+from .frontier.scripts import WrongKeyType
 from .frontier.workerid import enter, new_worker_id
 from .frontier.writer import LINGER_SECONDS, Batch, CommitWriter
 from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token, revisit_ms
@@ -255,6 +256,10 @@ class LeasedScheduler(BaseScheduler):
         self.run = RunMarker(client, keys, self.worker_id,
                              max(worker_ttl_ms, 3 * int(self.config.renew_interval * 1000)),
                              worker_ttl_ms)
+        # a feed key a producer wrote with the wrong command, a control key written by
+        # hand: moved aside before a fresh run reads them (lua/run_flush.lua refuses them)
+        await self.feed.set_aside()
+        await self._control_aside()
         if self.config.flush_on_start:
             # first: a fresh run also ends a stop a LEASED_CLOSE_* limit set (run_flush.lua)
             await self._flush_on_start()
@@ -902,6 +907,10 @@ class LeasedScheduler(BaseScheduler):
                         self._absorbing = result.claims
                 except (RedisError, OSError) as exc:
                     self._round_finished()
+                    if isinstance(exc, WrongKeyType) and exc.key == self.frontier.keys.control:
+                        with contextlib.suppress(RedisError, OSError):
+                            if await self._control_aside():
+                                continue  # claim again at once: the claim changed nothing
                     self._warn("claim", "Cannot claim from Redis, retrying: %s", exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RETRY_CAP_SECONDS)
@@ -948,6 +957,28 @@ class LeasedScheduler(BaseScheduler):
             self._kick.clear()
             await self._kick.wait(wait)
 
+    async def _control_aside(self) -> bool:
+        """A control key of another type than a HASH (a ``SET ...:control paused`` by
+        hand) cannot be read by the claims (lua/claim.lua refuses them, changing
+        nothing), and the fleet could claim nothing more: move it aside whole
+        (Frontier.set_aside), say so once at ERROR with both keys and what to do, count
+        it (``leased/control_set_aside``). The fleet then runs as with no control state
+        (running). Whether it was moved; raises RedisError like any call."""
+        assert self.frontier is not None
+        moved = await self.frontier.set_aside("control")
+        if moved is None:
+            return False
+        kind, aside = moved
+        self.stats.inc_value("leased/control_set_aside")
+        logger.error(
+            "Redis key %(key)s, the fleet's control state, was a %(kind)s, not a hash: it "
+            "was written by hand, not by `scrapy leased pause|resume|stop`. It was moved, "
+            "whole, to %(aside)s, and the fleet runs as with no control state (running); "
+            "nothing was deleted. Pause, resume or stop the fleet with `scrapy leased "
+            "pause|resume|stop`, then delete %(aside)s.",
+            {"key": self.frontier.keys.control, "kind": kind, "aside": aside})
+        return True
+
     async def _drain_feed(self) -> bool:
         """Queue a batch of the feed's entries (feed/drain.py); whether any were taken."""
         assert self.feed is not None
@@ -956,8 +987,11 @@ class LeasedScheduler(BaseScheduler):
         except (RedisError, OSError) as exc:
             self._warn("feed", "Cannot take entries off the feed, retrying: %s", exc)
             return False
-        # anything else is a bug: it ends the claim loop, which stops the worker
-        # (_supervise.py); the batch it took goes back to the feed after its lease
+        except Exception as exc:
+            # a bug: it ends the claim loop, which stops the worker, reported as one in
+            # the feed drain (_supervise.py); the batch it took goes back to the feed
+            # after its lease
+            raise PartFailed("the feed drain", exc) from exc
         self._warn.clear("feed")
         return taken > 0
 

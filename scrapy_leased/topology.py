@@ -85,6 +85,16 @@ CLUSTER_PORT = 6379
 #: backoff, for up to this long (a slot of a large crawl takes seconds to migrate).
 MIGRATION_RETRY_SECONDS = 60.0
 MIGRATION_BACKOFF_CAP_SECONDS = 0.5
+#: redis-py's cluster client sends a command aimed at given nodes (``target_nodes``)
+#: once, without retry, and gives up at once when it cannot learn the cluster's layout
+#: (one startup node whose connection dropped): these are sent again, up to this many
+#: times, with backoff (LOST_BACKOFF_SECONDS doubling up to 1 s). Only for commands
+#: that did not run (no layout) or that only read (NODE_READS).
+LOST_RETRIES = 3
+LOST_BACKOFF_SECONDS = 0.05
+#: The node-targeted commands of the plugin (``server_info``, ``scan_batches``): reads,
+#: safe to send twice
+NODE_READS = frozenset({"INFO", "SCAN", "PING"})
 
 # Query options of a Sentinel or Cluster URL (redis-py's names and parsers).
 _BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
@@ -579,7 +589,10 @@ class LeasedRedisCluster(AsyncRedisCluster):
     to MIGRATION_RETRY_SECONDS. Its nodes send ASK redirections correctly
     (``_AskingNode``), also to a node not in its cache yet (``get_node``); MOVED and
     failovers are redis-py's own handling. Past ``max_connections`` commands at a time,
-    the next ones wait (``free_connections``) instead of failing."""
+    the next ones wait (``free_connections``) instead of failing. A lost connection that
+    redis-py does not retry (learning the layout from one startup node; a read aimed at
+    one node: INFO of the crawl's master, SCAN of each master) is tried again
+    (LOST_RETRIES)."""
 
     #: commands refused by a slot migration and sent again (for logs and tests)
     migration_retries = 0
@@ -610,20 +623,34 @@ class LeasedRedisCluster(AsyncRedisCluster):
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         started: float | None = None
         delay = 0.01
+        lost = 0  # attempts failed by a lost connection that redis-py does not retry
+        node_read = "target_nodes" in kwargs and bool(args) \
+            and str(args[0]).split(" ")[0].upper() in NODE_READS
         while True:
             self._adopt_nodes()
             try:
                 async with _permit(self):
                     result = await super().execute_command(*args, **kwargs)
             except AttributeError as exc:
-                lost = _lost_connection(exc)
-                if lost is exc:
+                gone = _lost_connection(exc)
+                if gone is exc:
                     raise
-                raise lost from exc
+                raise gone from exc
             except RedisClusterException as exc:
-                if _unavailable(exc):
+                if not _unavailable(exc):
+                    raise
+                # the layout could not be learnt: the command was not sent
+                if lost >= LOST_RETRIES:
                     raise RedisConnectionError(f"Redis Cluster unavailable: {exc}") from exc
-                raise
+                lost += 1
+                await asyncio.sleep(min(LOST_BACKOFF_SECONDS * 2 ** lost, 1.0))
+                continue
+            except (RedisConnectionError, RedisTimeoutError):
+                if not node_read or lost >= LOST_RETRIES:
+                    raise
+                lost += 1
+                await asyncio.sleep(min(LOST_BACKOFF_SECONDS * 2 ** lost, 1.0))
+                continue
             except (TryAgainError, ClusterError) as exc:
                 if not _not_run(exc):
                     raise

@@ -3,8 +3,10 @@ spider, a child request, a feed entry, a redirect either works, or it is refused
 (a dropped request with its reason, or a dead letter naming it and the reason), and
 everything else goes on. Unit tests of the codec, the feed format and the ``leased_*``
 meta readers (no Redis), Hypothesis properties of the same, and real crawls: a child
-request that cannot be stored among good ones, and a fuzz test pushing random good and
-hostile feed entries to a 2-worker crawl before it starts.
+request that cannot be stored among good ones, a fuzz test pushing good and hostile
+feed entries of hand-written kinds to a 2-worker crawl before it starts, and one pushing
+Hypothesis-drawn good and hostile entries (tests/support/feed_fuzz.py) into a running
+2-worker crawl.
 """
 
 from __future__ import annotations
@@ -510,6 +512,80 @@ def test_fuzz_a_feed_of_good_and_hostile_entries_before_the_fleet_starts(
     for entry in bad:
         text = entry.decode("utf-8", "replace").replace("\ufffd", "?")
         assert by_entry.get(text, "").startswith("feed entry: "), (text[:200], by_entry)
+    assert r.llen(keys.feed) == 0 and r.hlen(keys.feed_taken) == 0
+
+
+FUZZ_RUNNING_GOOD = 200
+FUZZ_RUNNING_BAD = 100
+FUZZ_WAVES = 4
+
+
+def test_fuzz_hostile_feed_entries_into_a_running_2_worker_crawl(
+        redis_server, make_site, start_worker, crawl_id):
+    """Hypothesis draws 200 good feed entries (random values of the right type in every
+    field the format reads: method, headers, body or body_base64, meta of any JSON shape,
+    cookies, priority up to the limits, callback, dont_filter, encoding, flags, a lane)
+    and 100 hostile ones (tests/support/feed_fuzz.py: not UTF-8, JSON of another shape,
+    unknown fields, no url, a wrong type in every field, lone surrogates anywhere, NaN,
+    Infinity, numbers beyond a double, priorities out of range, URLs without a scheme,
+    unknown callbacks, bad leased_revisit_after, deep nesting), derandomized: the same
+    entries on every run. They are pushed in 4 waves into a RUNNING crawl of 2 workers
+    (its start page held, so it cannot end in between; each wave once the last is
+    drained). Every good entry is fetched exactly once (the site's log), every hostile
+    one is a dead letter whose reason says what is wrong, the feed is empty, and both
+    workers end ``finished``."""
+    from urllib.parse import urlsplit
+
+    from tests.support.feed_fuzz import collect, good_entry, hostile_entry
+    from tests.support.workers import wait_for
+
+    site = make_site(pages=FUZZ_RUNNING_GOOD + 1100)
+    base = site.url
+    good = collect(lambda n: good_entry(base, n, n + 1), FUZZ_RUNNING_GOOD)
+    bad = collect(lambda n: hostile_entry(base, 1000 + n), FUZZ_RUNNING_BAD)
+    assert len(good) == FUZZ_RUNNING_GOOD and len({e for e, _ in bad}) == FUZZ_RUNNING_BAD
+    entries = [json.dumps(e).encode() for e in good]
+    for i, (raw, _) in enumerate(bad):  # spread over the good ones, every wave has some
+        entries.insert(i * 3 % (len(entries) + 1), raw)
+    r = redis_server.client()
+    keys = CrawlKeys(crawl_id)
+
+    site.hold()  # the start page: the crawl is on until it is released
+    fast = {"LEASED_LEASE_SECONDS": 3, "LEASED_SWEEP_INTERVAL": 0.5}
+    workers = [start_worker(redis_server.url, crawl_id, site.url + "/p/0", name=f"w{i}",
+                            spider="feed", settings=fast) for i in range(2)]
+    wait_for(lambda: r.zcard(keys.leases) >= 1 and r.zcard(keys.workers) == 2, WAIT,
+             "2 workers running, the start page claimed", workers)
+    size = -(-len(entries) // FUZZ_WAVES)
+    for start in range(0, len(entries), size):
+        r.rpush(keys.feed, *entries[start:start + size])
+        wait_for(lambda: r.llen(keys.feed) == 0 and r.hlen(keys.feed_taken) == 0, WAIT,
+                 "the wave drained", workers)
+        assert all(w.running for w in workers)
+    wait_for(lambda: stat(r, crawl_id, "done") == FUZZ_RUNNING_GOOD, WAIT,
+             "every good entry done", workers)
+    site.release()
+    for w in workers:
+        assert_exit(w, "finished", timeout=WAIT)
+
+    def path(url: str) -> str:
+        parts = urlsplit(url)
+        return f"{parts.path}?{parts.query}"
+
+    fetched = Counter(e["path"] for e in site.entries())
+    expected = Counter(["/p/0"] + [path(e["url"]) for e in good])
+    assert fetched == expected, ({p: n for p, n in fetched.items() if expected[p] != n},
+                                 [p for p in expected if p not in fetched][:10])
+    assert stat(r, crawl_id, "done") == FUZZ_RUNNING_GOOD + 1
+    dead = {as_str(f): json.loads(v) for f, v in r.hgetall(keys.dead).items()}
+    assert all(f.startswith("feed:") for f in dead), dead
+    by_entry = {d["entry"]: d["reason"] for d in dead.values()}
+    assert len(by_entry) == FUZZ_RUNNING_BAD, len(by_entry)
+    for raw, fragment in bad:
+        text = raw.decode("utf-8", "replace").replace("\ufffd", "?")
+        reason = by_entry.get(text, "")
+        assert reason.startswith("feed entry: ") and fragment in reason, \
+            (text[:200], fragment, reason)
     assert r.llen(keys.feed) == 0 and r.hlen(keys.feed_taken) == 0
 
 

@@ -19,10 +19,14 @@ import logging
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.observe.flush import decode_fleet_stats
 from tests.support.bugs import BUG_LANE, InjectedBug
 from tests.support.upsert import make_target
+from tests.support.workers import wait_for
 from tests.test_faults import CrawlState, assert_every_page_fetched, site_counts
 from tests.test_frontier import run
 
@@ -48,7 +52,7 @@ CASES = {
     "upsert": ("the item writer of UpsertPipeline", 2, LONG_LEASE),
     # the feed batch taken goes back to the feed after its lease (no script gives it
     # back sooner): a short lease
-    "feed": ("the claim loop", 1, 2.0),
+    "feed": ("the feed drain", 1, 2.0),
 }
 
 
@@ -121,6 +125,82 @@ def test_a_bug_in_a_loop_stops_the_worker_and_loses_nothing(
         assert again and set(counts.values()) == {1, 2}
         assert stats["failed"] == len(again)
         assert set(target.records()) == {site.page_url(i) for i in range(N_PAGES)}
+
+
+# -- hostile input to the loops (no bug injected) --------------------------------------
+
+#: Messages anyone can publish on a crawl's penalty channel that cannot be a lane (a
+#: lane is UTF-8 text, lower case, without "|": Budgets.lane_of): skipped and counted
+NOT_LANES = [
+    b"\xff\xfe\x00\x80",  # not UTF-8
+    b"\xed\xa0\xbd",  # a lone surrogate, UTF-8-encoded (not valid UTF-8)
+    b"NaN", b"Infinity", b"-Infinity",
+    b"a|b",  # "|" separates an envelope's fields: lane_of never makes one
+    b'{"Lane": null}',
+    b"X" * 100_000,  # huge: the log line shows its start only
+]
+#: Messages that can be lanes (unknown to the crawl, or its own): noted, harmless
+MAYBE_LANES = [b"", b"nan", b"1e999999", b"-0", b"null", b"[]", b'{"lane": [1, 2.5e308]}',
+               b"unknown-lane.invalid", b"127.0.0.1"]
+
+
+def test_hostile_messages_on_the_penalty_channel_are_skipped_and_counted(
+        redis_server, crawl_id, make_site, start_worker):
+    """Anyone can PUBLISH on a crawl's penalty channel. While a worker's pages are held
+    (its penalty watch subscribed, the crawl unable to end), messages that cannot be a
+    lane (not UTF-8, a lone surrogate, NaN, "|", upper case, 100,000 bytes) and text
+    that can be one (an unknown lane, "nan", a huge number, JSON of any shape, the
+    crawl's own lane) are published. The watch keeps listening: each message that
+    cannot be a lane is counted in leased/penalty_skipped (in the fleet stats while the
+    crawl runs) and logged once, shortened; the others only cost a check at download
+    time. The crawl then finishes, every page once, nothing dead, no traceback."""
+    pages = 30
+    site = make_site(pages=pages)
+    cs = CrawlState(redis_server, crawl_id)
+    channel = cs.k.penalties
+    site.hold()
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0",
+                     settings={"LEASED_RENEW_INTERVAL": 0.3})
+    wait_for(lambda: cs.r.pubsub_numsub(channel)[0][1] >= 1, 60,
+             "the worker's penalty watch subscribed", [w])
+    for message in NOT_LANES + MAYBE_LANES + NOT_LANES[:2]:
+        assert cs.r.publish(channel, message) == 1  # the worker's watch heard it
+    skipped = len(NOT_LANES) + 2
+
+    def counted() -> int:
+        return int(decode_fleet_stats(cs.r.hgetall(cs.k.fleet_stats).items())
+                   .get("leased/penalty_skipped", 0))
+
+    wait_for(lambda: counted() == skipped, 60, f"{skipped} messages skipped, counted", [w])
+    assert w.running
+    site.release()
+    assert w.wait(60) == 0, w.log_tail(80)
+    assert w.close_reason() == "finished", w.log_tail(80)
+    log = w.log_text()
+    assert "Traceback" not in log and "CRITICAL" not in log, w.log_tail(80)
+    said = [line for line in log.splitlines() if "Skipped a message on the penalty" in line]
+    assert len(said) == 1 and "WARNING" in said[0] and len(said[0]) < 600, said
+    assert w.stats()["leased/penalty_skipped"] == skipped
+    assert cs.stat("done") == pages and cs.dead() == {}
+    cs.assert_drained()
+    assert_every_page_fetched(site, site_counts(site))
+    assert max(site_counts(site).values()) == 1
+
+
+@given(st.text(max_size=50))
+@settings(max_examples=300, deadline=None, derandomize=True)
+def test_every_lane_lane_of_makes_is_a_lane_name_of_the_watch(text):
+    """lane_name accepts every lane Budgets.lane_of can make (from meta leased_lane,
+    any text), so a real penalty is never skipped as hostile."""
+    from scrapy import Request
+    from scrapy.settings import Settings
+
+    from scrapy_leased.ratelimit.budgets import Budgets
+    from scrapy_leased.ratelimit.watch import lane_name
+
+    lane = Budgets.from_settings(Settings()).lane_of(
+        Request("http://example.com/", meta={"leased_lane": text}))
+    assert lane_name(lane.encode()) == lane and lane_name(lane) == lane
 
 
 # -- the pieces, in one process (real redis-server, real Frontier) --------------------

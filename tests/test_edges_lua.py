@@ -5,7 +5,9 @@ against the local site where it is about a crawl):
 
 - a feed key of the wrong type (a producer's XADD or SET): claim.lua, feed_take.lua,
   feed_commit.lua and run_flush.lua refuse before any write, naming the key and its type
-  (frontier/scripts.py WrongKeyType); the worker says so and crawls once it is fixed;
+  (frontier/scripts.py WrongKeyType); the first worker that meets the feed key of the
+  wrong type moves it aside whole (lua/key_aside.lua), says so once, and the crawl ends;
+  the same for a control key SET by hand, which no longer stops the renewals;
 - a NaN / inf / huge stat: the worker does not send it (one warning per stat), commit.lua
   skips such values before writing anything (defence in depth), the crawl finishes with
   every stat counted once;
@@ -41,6 +43,7 @@ from scrapy_leased.connection import make_client
 from scrapy_leased.frontier import Budget
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.run import RunMarker
+from scrapy_leased.frontier.scripts import as_str
 from scrapy_leased.observe.flush import StatsFlusher, decode_fleet_stats
 from scrapy_leased.ratelimit import LeasedRateMiddleware
 from scrapy_leased.ratelimit import middleware as rate_mw
@@ -176,31 +179,171 @@ def test_feed_take_and_commit_refuse_wrong_types_before_any_write(redis_server, 
     run(redis_server, crawl_id, body)
 
 
-def test_a_worker_facing_a_wrong_type_feed_says_so_and_crawls_the_rest(
-        redis_server, make_site, start_worker, crawl_id):
-    """A producer XADDs to the crawl's feed before the worker starts. Before: each claim
-    popped requests and wrote their leases, then failed; the worker resent it, orphaning
-    a batch each time (they went back only as expired leases, attempts counted, and then
-    to the dead letters). Now the worker crawls everything queued (each page once, no
-    dead letter), logs one ERROR naming the key, and stays up while the feed cannot be
-    read (it may hold work); once the key is deleted the crawl finishes."""
+def test_feed_aside_moves_only_a_wrong_type_feed_whole(redis_server, crawl_id):
+    """lua/key_aside.lua (Frontier.set_aside): a feed key of another type than a
+    LIST is renamed, whole, to ``feed:wrongtype:<ms>``, and nothing else changes; a LIST
+    feed, or none, is left alone; an existing key of that name is never overwritten.
+    The feed then takes RPUSH entries again, and a fresh run keeps the key moved aside."""
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        assert await f.set_aside("feed") is None  # no feed
+        r.rpush(keys.feed, json.dumps({"url": "http://example.com/0"}))
+        before = crawl_keys_state(r, keys)
+        assert await f.set_aside("feed") is None  # a list: untouched
+        assert crawl_keys_state(r, keys) == before
+        r.delete(keys.feed)
+        r.xadd(keys.feed, {"url": "http://example.com/1"})
+        r.xadd(keys.feed, {"url": "http://example.com/2"})
+        stream = r.dump(keys.feed)
+        before = crawl_keys_state(r, keys, skip={keys.feed})
+        kind, aside = await f.set_aside("feed")
+        assert kind == "stream" and keys.is_wrongtype(aside), (kind, aside)
+        assert aside.startswith(keys.feed + ":wrongtype:") and r.exists(keys.feed) == 0
+        assert r.dump(aside) == stream and r.xlen(aside) == 2  # whole, as written
+        assert crawl_keys_state(r, keys, skip={aside}) == before
+        assert keys.kept_by_flush(aside)
+        assert await f.set_aside("feed") is None  # moved already (another worker's call)
+        # a name in use is never overwritten: the script refuses, changing nothing
+        r.set(keys.feed, "http://example.com/3")
+        script = f._s["key_aside"]
+        assert [as_str(x) if isinstance(x, bytes) else x
+                for x in await script(keys=[keys.feed, aside], args=["list"])] == ["string", -1]
+        assert r.dump(aside) == stream and r.get(keys.feed) == "http://example.com/3"
+        kind, second = await f.set_aside("feed")
+        assert kind == "string" and second != aside and r.get(second) == "http://example.com/3"
+        r.rpush(keys.feed, json.dumps({"url": "http://example.com/4"}))
+        assert len((await f.take_feed(10)).entries) == 1
+
+    run(redis_server, crawl_id, body)
+
+
+@pytest.mark.parametrize("kind", ["stream", "string"])
+def test_a_wrong_type_feed_before_the_fleet_starts_is_moved_aside_and_the_crawl_ends(
+        redis_server, make_site, start_worker, crawl_id, kind):
+    """A producer XADDs (or SETs) the crawl's feed before the worker starts. On b7e0046
+    each claim orphaned a batch; then the worker logged one ERROR and stayed up until
+    someone deleted the key: the crawl never finished by itself. Now the worker moves
+    the key aside at its start (before a fresh run reads the feed: the plugin's default,
+    LEASED_RESUME unset, whose run_flush.lua refuses a feed of the wrong type), logs one
+    ERROR naming both keys, counts it, crawls everything once and finishes; what the
+    producer wrote is kept whole."""
     site = make_site(pages=40)
     r = redis_server.client()
     keys = CrawlKeys(crawl_id)
-    r.xadd(keys.feed, {"url": site.url + "/p/1"})
-    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0", settings=FAST)
-    wait_for(lambda: stat(r, crawl_id, "done") == 40, WAIT, "the 40 pages done", [w])
-    w.wait_log(f"Redis key {keys.feed} is a stream", timeout=WAIT)
-    assert r.hlen(keys.dead) == 0 and w.returncode is None  # up: the feed may hold work
-    r.delete(keys.feed)
+    _wrong_type(r, keys.feed, kind)
+    written = r.dump(keys.feed)
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0", settings=FAST,
+                     env={"TESTPROJECT_DEFAULT_RESUME": "1"})
     assert w.wait(WAIT) == 0, w.log_tail()
     assert w.close_reason() == "finished"
-    text = w.log_text()
-    said = [line for line in text.splitlines() if f"Redis key {keys.feed} is a stream" in line]
+    asides = [k.decode() for k in r.scan_iter(match=keys.feed + ":wrongtype:*")]
+    assert len(asides) == 1 and r.dump(asides[0]) == written, asides
+    said = [line for line in w.log_text().splitlines() if "was a " + kind in line]
     assert len(said) == 1 and "ERROR" in said[0], said
+    assert keys.feed in said[0] and asides[0] in said[0] and "RPUSH" in said[0], said[0]
+    assert w.stats().get("leased/feed_set_aside") == 1, w.stats()
     assert stat(r, crawl_id, "done") == 40 and r.hlen(keys.dead) == 0
     assert_each_once(Counter(e["path"] for e in site.entries()),
                      {f"/p/{i}" for i in range(40)})
+
+
+def test_a_feed_key_overwritten_while_the_fleet_runs_is_moved_aside(
+        redis_server, make_site, start_worker, crawl_id):
+    """A producer SETs the feed key while a worker runs (LEASED_KEEP_ALIVE: up and
+    polling, the crawl's own pages done). Its next claim reports the feed, the drain
+    meets the wrong type and moves the key aside (one ERROR, the value kept); entries
+    RPUSHed after that are fetched once each."""
+    site = make_site(pages=20)
+    r = redis_server.client()
+    keys = CrawlKeys(crawl_id)
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0",
+                     settings={**FAST, "LEASED_KEEP_ALIVE": True})
+    wait_for(lambda: stat(r, crawl_id, "done") == 20, WAIT, "the 20 pages done", [w])
+    r.set(keys.feed, "http://example.com/not-a-json-request")
+    w.wait_log("was a string, not a list", timeout=WAIT)
+    r.rpush(keys.feed, *[json.dumps({"url": f"{site.url}/p/{i}?fed=1"}) for i in range(3)])
+    wait_for(lambda: stat(r, crawl_id, "done") == 23, WAIT, "the 3 fed pages done", [w])
+    assert w.running
+    w.sigterm()
+    assert w.wait(WAIT) == 0, w.log_tail()
+    asides = [k.decode() for k in r.scan_iter(match=keys.feed + ":wrongtype:*")]
+    assert len(asides) == 1 and r.get(asides[0]) == b"http://example.com/not-a-json-request"
+    said = [line for line in w.log_text().splitlines() if "was a string" in line]
+    assert len(said) == 1 and "ERROR" in said[0], said
+    assert r.hlen(keys.dead) == 0
+    assert_each_once(Counter(e["path"] for e in site.entries()),
+                     {f"/p/{i}" for i in range(20)} | {f"/p/{i}?fed=1" for i in range(3)})
+
+
+def test_renew_and_claim_past_a_control_key_of_the_wrong_type(redis_server, crawl_id):
+    """A control key SET by hand: renew.lua extends the caller's leases and reads the
+    state as absent (running), where it wrote the heartbeat and then failed (no lease
+    extended); claim.lua refuses before any write, naming the key (WrongKeyType);
+    once moved aside (key_aside.lua) both work as before."""
+    from scrapy_leased.frontier.scripts import WrongKeyType
+
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        await f.enqueue([url_request(f"http://example.com/{i}") for i in range(3)])
+        token = (await f.claim(1, "w1")).claims[0][0]
+        r.delete(keys.control)
+        r.set(keys.control, "stopping")
+        before = r.zscore(keys.leases, token)
+        f.lease_ms = 600_000
+        assert await f.renew("w1", [token]) == []
+        assert r.zscore(keys.leases, token) > before + 500_000  # extended
+        state = crawl_keys_state(r, keys)
+        with pytest.raises(WrongKeyType) as info:
+            await f.claim(1, "w1")
+        f._pending_claim = None
+        assert info.value.key == keys.control and "is a string, not a hash" in str(info.value)
+        assert crawl_keys_state(r, keys) == state
+        kind, aside = await f.set_aside("control")
+        assert kind == "string" and r.get(aside) == "stopping" and keys.kept_by_flush(aside)
+        assert len((await f.claim(2, "w1")).claims) == 2
+
+    run(redis_server, crawl_id, body)
+
+
+def test_a_control_key_set_by_hand_stops_no_renewal_and_is_moved_aside(
+        redis_server, make_site, start_worker, crawl_id):
+    """A person SETs the crawl's control key (``SET ...:control paused``, a string, not
+    the hash ``scrapy leased pause`` writes) while a worker's page is held. Before:
+    renew.lua wrote the heartbeat, then failed reading the control state, so the held
+    lease was never extended: it expired and was recovered while its worker still held
+    it (processed twice), and every claim failed with a WRONGTYPE naming no key. Now the
+    renewals read the control state only when it is a hash (the lease stays), the
+    claim refuses before any write, naming the key, and the worker moves the key aside
+    (one ERROR, counted); the crawl finishes, every page once, nothing recovered."""
+    site = make_site(pages=30)
+    r = redis_server.client()
+    keys = CrawlKeys(crawl_id)
+    site.hold()
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0",
+                     settings={"LEASED_LEASE_SECONDS": 2, "LEASED_RENEW_INTERVAL": 0.3,
+                               "LEASED_SWEEP_INTERVAL": 0.3})
+    wait_for(lambda: r.zcard(keys.leases) == 1, WAIT, "the start page claimed (held)", [w])
+    r.delete(keys.control)
+    r.set(keys.control, "paused")
+    w.wait_log("the fleet's control state, was a string", timeout=WAIT)
+    asides = [k.decode() for k in r.scan_iter(match=keys.control + ":wrongtype:*")]
+    assert len(asides) == 1 and r.get(asides[0]) == b"paused", asides
+    # renewals go on: the held lease outlives LEASED_LEASE_SECONDS several times over
+    (token, first), = r.zrange(keys.leases, 0, -1, withscores=True)
+    wait_for(lambda: r.zscore(keys.leases, token) >= first + 2 * 2000, WAIT,
+             "the held lease renewed past two lease lengths", [w])
+    site.release()
+    assert w.wait(WAIT) == 0, w.log_tail()
+    assert w.close_reason() == "finished"
+    said = [line for line in w.log_text().splitlines() if "control state, was a" in line]
+    assert len(said) == 1 and "ERROR" in said[0] and asides[0] in said[0], said
+    assert w.stats().get("leased/control_set_aside") == 1
+    assert stat(r, crawl_id, "recovered") == 0 and r.hlen(keys.dead) == 0
+    assert stat(r, crawl_id, "done") == 30
+    assert_each_once(Counter(e["path"] for e in site.entries()),
+                     {f"/p/{i}" for i in range(30)})
 
 
 # -- NaN, inf and huge stats -----------------------------------------------------------

@@ -11,6 +11,7 @@ Real redis-server processes (tests/support/redis_server.py, redis_ha.py, tls.py)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Any
@@ -20,11 +21,12 @@ from scrapy.settings import Settings
 
 from scrapy_leased.config import LeasedConfigError, check_redis_url
 from scrapy_leased.connection import LeasedRedisError, check_reachable, connect, make_client
+from scrapy_leased.fleet.admin import FleetAdmin
 from scrapy_leased.frontier import Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.observe.reader import FleetReader
 from scrapy_leased.ratelimit.budgets import Budgets
-from scrapy_leased.topology import parse_redis_url
+from scrapy_leased.topology import keys_with_prefix, parse_redis_url
 from tests.support.dropproxy import DropProxyProcess
 from tests.support.redis_ha import ClusterNodeServer, RedisCluster, SentinelGroup, wait_until
 from tests.support.redis_server import free_port
@@ -233,6 +235,86 @@ def test_dead_and_the_observers_reader_through_dropped_connections(seeded, crawl
         crawls, todo, letters = asyncio.run(observe(proxy.url))
         assert proxy.status()["dropped"] == 3, proxy.status()
     assert crawl_id in crawls and (todo, letters) == (3, []), (crawls, todo, letters)
+
+
+@pytest.fixture
+def one_node_cluster():
+    """A Redis Cluster of one master holding every slot (CLUSTER ADDSLOTSRANGE): what a
+    managed cluster's single configuration endpoint looks like to a client."""
+    node = ClusterNodeServer(1000).start()
+    c = node.client(decode_responses=True)
+    try:
+        c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        def ready() -> bool:
+            info = c.execute_command("CLUSTER INFO")
+            return (info.get("cluster_state") == "ok" if isinstance(info, dict)
+                    else "cluster_state:ok" in str(info))
+
+        wait_until(ready, 30, "cluster_state ok")
+        yield node, c
+    finally:
+        c.close()
+        node.close()
+
+
+@contextlib.contextmanager
+def announced_through(node: ClusterNodeServer, c: Any, proxy: DropProxyProcess) -> Any:
+    """The node announces the proxy's port (CLUSTER SLOTS names it), so that every
+    connection of a cluster client, the first one and those it learns, goes through
+    the proxy."""
+    c.config_set("cluster-announce-port", proxy.port)
+    try:
+        yield f"redis+cluster://127.0.0.1:{proxy.port}"
+    finally:
+        c.config_set("cluster-announce-port", 0)
+
+
+@pytest.mark.parametrize("command", ["HELLO", "CLUSTER", "INFO"])
+def test_status_json_on_a_cluster_through_a_dropped_connection(one_node_cluster, crawl_id,
+                                                               command):
+    """``scrapy leased status --json`` on a redis+cluster:// URL of one startup node,
+    the connection dropped right after Redis answered the handshake (HELLO), the layout
+    (CLUSTER SLOTS) or the crawl master's INFO memory. redis-py's cluster client sends a
+    command aimed at one node (INFO, SCAN) once, and gives up at once when its one
+    startup node's connection drops while it learns the layout: on b7e0046 the command
+    printed ``Error: Redis: ConnectionError: Connection closed by server.`` (or cannot
+    reach Redis), no JSON. The read is sent again (LeasedRedisCluster, LOST_RETRIES)."""
+    node, c = one_node_cluster
+    ok(leased("seed", crawl_id, "http://127.0.0.1:9/p/1", "http://h2.invalid/p/2",
+              "--redis-url", f"redis+cluster://127.0.0.1:{node.port}"))
+    with DropProxyProcess(node.port, [command], drops=1) as proxy, \
+            announced_through(node, c, proxy) as url:
+        doc = status_json(url, crawl_id, "--sample", "0")
+        assert proxy.status()["dropped"] == 1, proxy.status()
+    assert (doc["todo"], doc["done"], doc["dead"]) == (2, 0, 0), doc
+    assert doc["redis"].startswith("redis+cluster://"), doc
+
+
+def test_crawl_list_and_key_scan_on_a_cluster_through_dropped_connections(
+        one_node_cluster, crawl_id):
+    """The SCAN of every master (FleetAdmin.list_crawls, behind ``metrics`` and the
+    dashboard's crawl list, and keys_with_prefix, behind ``reset`` and a fresh run) on a
+    cluster, two of its replies dropped: redis-py sends a SCAN aimed at a node once, so
+    on b7e0046 the first drop failed the listing."""
+    node, c = one_node_cluster
+    ok(leased("seed", crawl_id, "http://127.0.0.1:9/p/1",
+              "--redis-url", f"redis+cluster://127.0.0.1:{node.port}"))
+
+    async def listing(url: str) -> tuple[list[str], list[str]]:
+        client = make_client(url)
+        try:
+            crawls = await FleetAdmin.list_crawls(client)
+            keys = await keys_with_prefix(client, CrawlKeys(crawl_id).prefix)
+            return crawls, keys
+        finally:
+            await client.aclose()
+
+    with DropProxyProcess(node.port, ["SCAN"], drops=2) as proxy, \
+            announced_through(node, c, proxy) as url:
+        crawls, keys = asyncio.run(listing(url))
+        assert proxy.status()["dropped"] == 2, proxy.status()
+    assert crawl_id in crawls, crawls
+    assert CrawlKeys(crawl_id).meta in keys, keys
 
 
 # --------------------------------------------------------------------------- start-up check

@@ -1150,9 +1150,10 @@ def test_no_operation_scans_the_processing_set():
             st = commandstats(r)
             # heartbeat (zadd) + the 5 leases read at once, checked to be the caller's
             # (owners: hmget) and held (zmscore), extended at once (zadd), the control
-            # state (hget), and the guard (lib_guard.lua: INFO, not counted here)
+            # state (hget, once its type is checked: type), and the guard (lib_guard.lua:
+            # INFO, not counted here)
             assert st == {"evalsha": 1, "time": 1, "zadd": 2, "hget": 1, "zmscore": 1,
-                          **GUARD, "hmget": GUARD["hmget"] + 1}, st
+                          "type": 1, **GUARD, "hmget": GUARD["hmget"] + 1}, st
             assert_guard_called(r)
             scores1 = lease_scores(r, keys)
             assert {t for t in tokens if scores1[t] != scores0[t]} == set(tokens[:5])
@@ -1161,10 +1162,11 @@ def test_no_operation_scans_the_processing_set():
             res = await f.claim(5, "w")
             assert (res.claims, res.queued, res.leases) == ([], 0, 20_000)
             st = commandstats(r)
-            # (+ the fleet's control state and first claim: hmget; the feed: llen, hlen)
+            # (+ the fleet's control state and first claim: hmget, its type checked
+            # first: type; the feed: llen, hlen)
             assert st == {"evalsha": 1, "time": 1, "zadd": 1, "zscore": 1, "zrangebyscore": 1,
                           "zrange": 1, "zcard": 1, **GUARD, "hmget": GUARD["hmget"] + 1,
-                          "llen": 1, "hlen": 1,
+                          "llen": 1, "hlen": 1, "type": 1,
                           **CALL_ID,
                           "get": 1 + GUARD["get"] + CALL_ID["get"]}, st
 

@@ -47,7 +47,13 @@ class FeedDrainer:
         Raises RedisError when the batch cannot be taken; once taken, its commit is
         sent again until Redis answers (or the worker closes: the batch then returns
         to the feed after its lease)."""
-        batch = await self.frontier.take_feed(FEED_BATCH)
+        try:
+            batch = await self.frontier.take_feed(FEED_BATCH)
+        except WrongKeyType as exc:
+            if exc.key != self.frontier.keys.feed:
+                raise  # a key only the workers write (feed_taken, feed_deadlines)
+            await self.set_aside()
+            batch = await self.frontier.take_feed(FEED_BATCH)
         if batch.returned:
             self.stats.inc_value("leased/feed_returned", batch.returned)
             logger.info("%(n)d feed entries taken by a worker that did not queue them in "
@@ -92,6 +98,25 @@ class FeedDrainer:
                            "(scrapy leased dead), the first: %(reason)s",
                            {"n": len(bad), "reason": bad[0][1]})
         return len(batch.entries)
+
+    async def set_aside(self) -> None:
+        """When a producer wrote the crawl's feed key with another command than RPUSH
+        (XADD, SET, ...), no worker can take entries off it, and the crawl, whose feed
+        may hold work, could never end: move the key aside whole (Frontier.set_aside;
+        nothing deleted), say so once at ERROR with both keys and what to do, and count
+        it (``leased/feed_set_aside``). Nothing to do when the feed is a LIST or absent.
+        Raises RedisError like any call."""
+        moved = await self.frontier.set_aside("feed")
+        if moved is None:
+            return
+        kind, aside = moved
+        self.stats.inc_value("leased/feed_set_aside")
+        logger.error(
+            "Redis key %(feed)s, the crawl's feed, was a %(kind)s, not a list: a producer "
+            "wrote it with another command than RPUSH (docs/feed.md). It was moved, whole, "
+            "to %(aside)s so that the feed works again; nothing was deleted. Read what the "
+            "producer wrote there, push it again as JSON entries with RPUSH, then delete "
+            "%(aside)s.", {"feed": self.frontier.keys.feed, "kind": kind, "aside": aside})
 
     def _pack(self, fed: FeedRequest) -> NewRequest:
         for what, name in zip(("callback", "errback"), fed.names):

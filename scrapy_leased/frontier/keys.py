@@ -194,6 +194,30 @@ class CrawlKeys:
         """LIST: JSON requests pushed by any producer (docs/feed.md; ``RPUSH``), drained
         into the queues by the workers (lua/feed_take.lua, lua/feed_commit.lua).""")
 
+    def feed_wrongtype(self, ms: int) -> str:
+        """Any type: a feed key a producer wrote with another command than ``RPUSH``
+        (XADD, SET, ...), moved aside whole by the first worker that met it
+        (lua/key_aside.lua) so that the feed works again: ``feed:wrongtype:<ms>``, the
+        Redis TIME of the move in ms. Never read or deleted by the workers (nor by a
+        fresh run); read what the producer wrote there, push it again as JSON entries
+        with ``RPUSH`` (docs/feed.md), then delete it. ``scrapy leased reset`` deletes
+        it with the crawl's other keys."""
+        return self._key(f"feed:wrongtype:{ms}")
+
+    def control_wrongtype(self, ms: int) -> str:
+        """Any type: a control key written by hand with another type than a HASH (``SET
+        ...:control paused``), moved aside whole by the first worker that met it
+        (lua/key_aside.lua): ``control:wrongtype:<ms>``, the Redis TIME of the move in
+        ms; the fleet then runs as with no control state (``running``). Never read or
+        deleted by the workers (nor by a fresh run): control the fleet with ``scrapy
+        leased pause|resume|stop``, then delete it."""
+        return self._key(f"control:wrongtype:{ms}")
+
+    def is_wrongtype(self, key: str) -> bool:
+        """Whether ``key`` is a feed or control key moved aside (``feed_wrongtype``,
+        ``control_wrongtype``)."""
+        return key.startswith((self._key("feed:wrongtype:"), self._key("control:wrongtype:")))
+
     feed_taken = KeyName(
         """HASH: worker id -> ``<batch id> <JSON array>``: the feed entries it took and has
         not queued yet (lua/feed_take.lua); back to the feed when its deadline passed.""")
@@ -236,11 +260,12 @@ class CrawlKeys:
         the run and the worker registry (who is starting, with each worker's acks), the
         crawl's fixed parameters, the fencing tokens and epoch (never issued twice), the
         control state, the feed (work pushed before the fleet started is the new run's;
-        the batches taken off it and not queued go back to it: lua/run_flush.lua) and the
-        UpsertPipeline records."""
+        the batches taken off it and not queued go back to it: lua/run_flush.lua), the
+        UpsertPipeline records, and the feed or control keys of the wrong type moved aside
+        (``feed_wrongtype``, ``control_wrongtype``)."""
         return key in (self.run, self.workers, self.worker_info, self.worker_acked,
                        self.meta, self.tokens, self.epoch, self.control, self.feed) \
-            or self.is_records(key, records_prefix)
+            or self.is_records(key, records_prefix) or self.is_wrongtype(key)
 
     def is_records(self, key: str, prefix: str = "records") -> bool:
         """Whether ``key`` is one of the ``records`` hashes (with this prefix): kept by

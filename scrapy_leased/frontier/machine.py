@@ -224,7 +224,7 @@ class Frontier:
         self._tiers: dict[str, str] = {}
         self._s = register(client, "claim", "commit", "expired", "recover", "renew", "release",
                            "acquire", "penalize", "read", "feed_take", "feed_commit", "layout",
-                           "revisit")
+                           "revisit", "key_aside")
 
     # -- the guard (lua/lib_guard.lua) ---------------------------------------------------
 
@@ -448,6 +448,28 @@ class Frontier:
                                          args=[self.caller, count, self.lease_ms])
         return FeedBatch(list(out[3:]), returned=int(out[0]), left=int(out[1]),
                          id=as_str(out[2]))
+
+    async def set_aside(self, which: str) -> tuple[str, str] | None:
+        """When the crawl's ``feed`` (a LIST when right) or ``control`` key (a HASH)
+        holds another type (a producer's XADD or SET, a SET by hand), rename it to
+        ``<which>_wrongtype(<Redis TIME in ms>)``, whole (lua/key_aside.lua), so that it
+        works again. Returns (the type it held, the key it is now) when this call moved
+        it; None when it holds the right type or is absent (fixed meanwhile, or moved by
+        another worker)."""
+        key, want, aside_of = {
+            "feed": (self.keys.feed, "list", self.keys.feed_wrongtype),
+            "control": (self.keys.control, "hash", self.keys.control_wrongtype)}[which]
+        aside = ""
+        for _ in range(5):
+            seconds, micros = await self.client.time()
+            aside = aside_of(int(seconds) * 1000 + int(micros) // 1000)
+            kind, moved = await self._s["key_aside"](keys=[key, aside], args=[want])
+            if int(moved) == 1:
+                return as_str(kind), aside
+            if int(moved) == 0:
+                return None
+        raise ResponseError(f"cannot move {key} aside: every name tried exists already "
+                            f"({aside})")
 
     async def commit_feed(self, batch_id: str, enqueue: Sequence[NewRequest],
                           bad: Sequence[tuple[bytes | str, str]],

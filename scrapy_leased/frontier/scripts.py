@@ -37,7 +37,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "expired": ("lib_time", "lib_batch"),
     "recover": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
     "revisit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard"),
-    "renew": ("lib_guard", "lib_batch"),
+    "renew": ("lib_guard", "lib_batch", "lib_keys"),
     "release": ("lib_envelope", "lib_settle"),
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),
@@ -50,6 +50,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "control": ("lib_time",),  # fleet/admin.py (scrapy leased pause, resume, stop)
     "cookies_set": ("lib_time",),  # cookies.py: the fleet's cookie jars
     # forget: no helpers (fleet/admin.py, scrapy leased forget)
+    # key_aside: no helpers (a feed or control key of the wrong type moved aside)
     # read: several reads with the server time, atomically (read_atomic below)
 }
 
@@ -87,11 +88,16 @@ class WrongKeyType(ResponseError):
     """A script refused to run, changing nothing: one of its keys holds the wrong type
     (lua/lib_keys.lua). The message names the key, its type and the one expected. A
     ResponseError (a RedisError): a worker's loops retry it with their back-off, so the
-    crawl goes on by itself once the key is fixed (deleted, or pushed to with RPUSH)."""
+    crawl goes on by itself once the key is fixed. The feed key itself (a producer's
+    XADD or SET) and the control state (a SET by hand) are moved aside by the worker
+    that meets them (feed/drain.py, scheduler.py)."""
 
     def __init__(self, message: str) -> None:
+        detail = message[len(WRONG_TYPE_PREFIX):]
+        #: the key refused (key names hold no spaces: crawl ids have none)
+        self.key = detail.split(" ", 1)[0]
         super().__init__(
-            f"Redis key {message[len(WRONG_TYPE_PREFIX):]}: nothing was changed; delete or "
+            f"Redis key {detail}: nothing was changed; delete or "
             "fix the key (the workers try again until then)")
 
 

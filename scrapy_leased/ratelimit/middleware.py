@@ -132,7 +132,8 @@ class LeasedRateMiddleware:
         use (again for a new frontier: one crawler, one scheduler, but be safe)."""
         frontier = scheduler.frontier
         if self._watch is None or self._watch_frontier is not frontier:
-            watch = PenaltyWatch(frontier.client, frontier.keys.penalties, self._note_penalty)
+            watch = PenaltyWatch(frontier.client, frontier.keys.penalties, self._note_penalty,
+                                 lambda: self.stats.inc_value("leased/penalty_skipped"))
             if not scheduler.run_beside(watch.run(), "the penalty watch"):
                 return None
             self._watch, self._watch_frontier = watch, frontier

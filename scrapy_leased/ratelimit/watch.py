@@ -36,10 +36,15 @@ class PenaltyWatch:
     """Listens on ``channel`` with ``client``; calls ``on_penalty(lane)`` for each lane
     penalized by any worker."""
 
-    def __init__(self, client: Any, channel: str, on_penalty: Callable[[str], None]) -> None:
+    def __init__(self, client: Any, channel: str, on_penalty: Callable[[str], None],
+                 on_skipped: Callable[[], None] | None = None) -> None:
         self.client = client
         self.channel = channel
         self.on_penalty = on_penalty
+        #: called for each message skipped as no lane name (the stat
+        #: leased/penalty_skipped)
+        self.on_skipped = on_skipped
+        self.skipped = 0
         #: time.monotonic() from which every penalty published reaches this worker; None
         #: while not subscribed
         self.listening_since: float | None = None
@@ -98,21 +103,48 @@ class PenaltyWatch:
                         await pubsub.aclose()
 
     def _deliver(self, data: Any) -> None:
-        """One message published on the channel: a lane name (anyone can publish there:
-        one that is not text is skipped)."""
-        try:
-            lane = as_str(data)
-        except (UnicodeDecodeError, TypeError, ValueError):
+        """One message published on the channel: a lane name. Anyone can publish there:
+        a message that cannot be a lane (``lane_name``) is skipped, counted, and logged
+        once (shortened)."""
+        lane = lane_name(data)
+        if lane is None:
+            self.skipped += 1
+            if self.on_skipped is not None:
+                self.on_skipped()
             if not self._skipped:
                 self._skipped = True
+                shown = repr(data)
+                if len(shown) > SHOWN_CHARS:
+                    shown = f"{shown[:SHOWN_CHARS]}... ({len(shown)} characters)"
                 logger.warning("Skipped a message on the penalty channel %(channel)s that is "
-                               "not a lane name: %(data)r (logged once)",
-                               {"channel": self.channel, "data": data})
+                               "not a lane name: %(data)s (logged once; each one counted in "
+                               "leased/penalty_skipped)",
+                               {"channel": self.channel, "data": shown})
             return
         try:
             self.on_penalty(lane)
         except Exception as exc:
             raise _HandlerFailed(exc) from exc
+
+
+#: How much of a skipped message the log line shows
+SHOWN_CHARS = 200
+
+
+def lane_name(data: Any) -> str | None:
+    """The lane a penalty message names, or None when it cannot be one: lua/penalize.lua
+    publishes a lane as ``Budgets.lane_of`` makes it (UTF-8 text, lower case, no ``|``).
+    Any other text that can be a lane (an unknown one, "nan", "1e999") is a lane: a lane
+    penalized that no request has only costs a check at download time, within
+    LEASED_RATE_FREE_GRACE."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(data, str) or "|" in data or data.lower() != data:
+        return None
+    return data
 
 
 class _HandlerFailed(Exception):

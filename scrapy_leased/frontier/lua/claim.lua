@@ -79,8 +79,8 @@
 -- wrong type (a producer's XADD or SET) cannot fail the call after its writes: the
 -- queued work is claimed as usual and the feed is reported as holding 1 entry, so the
 -- worker goes to drain it, where feed_take.lua refuses before any write with the key and
--- its type (lib_keys.lua), which the worker logs as an ERROR. The rest of the crawl goes
--- on; it does not end while its feed is unreadable (the feed may hold work).
+-- its type (lib_keys.lua); the worker moves the key aside (key_aside.lua, logged as an
+-- ERROR), and the feed works again.
 local feed = redis.pcall('LLEN', KEYS[13])
 local feed_taken = redis.pcall('HLEN', KEYS[14])
 if type(feed) ~= 'number' or type(feed_taken) ~= 'number' then
@@ -97,6 +97,10 @@ if not lease_ms or not n_ready or lease_ms - lease_ms ~= 0 or n_ready - n_ready 
   return redis.error_reply('claim: the lease ms and the number of lanes to report must be '
     .. 'finite numbers, not ' .. tostring(ARGV[2]) .. ', ' .. tostring(ARGV[6]))
 end
+-- the control state is read after the first writes: its type is checked before them (a
+-- SET by hand; the worker moves it aside: key_aside.lua)
+local control_err = key_type_error(KEYS[11], 'hash', CONTROL_WHAT)
+if control_err then return control_err end
 local g = guard_open()
 local replayed = guard_replayed(g)
 if replayed then return replayed end

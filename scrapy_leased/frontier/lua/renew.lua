@@ -25,6 +25,14 @@ if not tonumber(ARGV[1]) or not tonumber(ARGV[4]) then  -- before any write
   return redis.error_reply('renew: lease ms and prune ms must be numbers, not ' ..
     tostring(ARGV[1]) .. ', ' .. tostring(ARGV[4]))
 end
+-- The control state read before any write, and only when it is a hash: a key of
+-- another type (a SET by hand) must not stop the renewals, which keep the work in
+-- progress; it reads as absent (running), and the worker's next claim, refused,
+-- moves it aside (key_aside.lua).
+local state = 'running'
+if not key_type_error(KEYS[5], 'hash', CONTROL_WHAT) then
+  state = redis.call('HGET', KEYS[5], 'state') or 'running'
+end
 local g = guard_open()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -40,7 +48,7 @@ if prune > 0 then
   end
 end
 local deadline = now + tonumber(ARGV[1])
-local out = {now, redis.call('HGET', KEYS[5], 'state') or 'running'}
+local out = {now, state}
 -- Each token's owner and lease read at once (HMGET, ZMSCORE), the leases kept extended
 -- at once (ZADD XX).
 local tokens = {}

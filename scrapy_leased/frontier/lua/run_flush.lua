@@ -33,9 +33,10 @@
 -- when flushed; {0, the run marker or '', the live workers' ids...} when a run is on;
 -- {2, queued, leased, in the feed, feed batches taken, revisits, control state} when
 -- ARGV[4] is '1' and the crawl has not finished (nothing changed in either case).
--- Errors, before any change, when a feed key holds another type (lib_keys.lua).
+-- Errors, before any change, when a feed key or the control state holds another type
+-- (lib_keys.lua).
 local err = key_types_error({KEYS[4], 'list', FEED_WHAT, KEYS[5], 'hash', FEED_TAKEN_WHAT,
-  KEYS[6], 'zset', FEED_DEADLINES_WHAT})
+  KEYS[6], 'zset', FEED_DEADLINES_WHAT, KEYS[3], 'hash', CONTROL_WHAT})
 if err then return err end
 local now = server_ms()
 local cur = redis.call('GET', KEYS[1])

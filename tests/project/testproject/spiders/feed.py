@@ -22,7 +22,7 @@ class FeedSpider(scrapy.Spider):
         return {
             "url": request.url,
             "method": request.method,
-            "body": request.body.decode("utf-8"),
+            "body": request.body.decode("utf-8", "replace"),  # body_base64: any bytes
             "meta": {k: v for k, v in response.meta.items()
                      if k not in SCRAPY_META and not k.startswith("_")},
             "priority": request.priority,
