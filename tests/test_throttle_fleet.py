@@ -1,8 +1,9 @@
 """Throttled download slots do not hoard claims (issue #25, item 4).
 
 With AutoThrottle (or DOWNLOAD_DELAY) a worker's download slot starts one request per
-delay; a worker claims no more for a lane than that slot starts soon and gives back
-what waits too long, so the other workers take it. Real ``scrapy crawl`` workers, a real
+delay; a worker claims for a lane only what that slot starts within a second, counted
+from the slot's next start, and gives back what waits too long, so the other workers
+take it. Real ``scrapy crawl`` workers, a real
 redis-server, the local test site in its redirect mode (every page reached through one
 302, each answer taking some latency): 2 workers are not held back by one (ratio
 measured in one test run, side by side), nothing lost or fetched twice. And ``scrapy
@@ -96,15 +97,17 @@ def _status(url: str, crawl_id: str, check: bool = True) -> dict[str, Any] | Non
 
 def test_status_warns_about_claims_a_worker_holds_without_starting(redis_server, crawl_id,
                                                                    make_site, start_worker):
-    # one worker with a DOWNLOAD_DELAY far above the other's: the claims it holds wait
-    # in its download slot, where no other worker can take them
-    site = make_site(pages=200, delay=0.2)
-    barrier = start_worker.barrier(2)
-    slow = start_worker(redis_server.url, crawl_id, site.url + "/p/0", name="slow",
-                        settings={**barrier, "DOWNLOAD_DELAY": 60,
-                                  "DOWNLOAD_DELAY_JITTER": 0, "LEASED_RENEW_INTERVAL": 0.5})
+    # a worker with a DOWNLOAD_DELAY of 60 s claims only what its slot starts within a
+    # second, but a retry continues its claim in the worker: it waits in that worker's
+    # download slot, where no other worker can take it
+    site = make_site(pages=10)
+    slow = start_worker(redis_server.url, crawl_id, site.url + "/flaky/k?fail=1", name="slow",
+                        settings={"DOWNLOAD_DELAY": 60, "DOWNLOAD_DELAY_JITTER": 0,
+                                  "LEASED_RENEW_INTERVAL": 0.5})
+    wait_for(lambda: any(e["status"] == 503 for e in site.entries()), 60,
+             "the first answer (a 503, retried)", workers=[slow])
     start_worker(redis_server.url, crawl_id, site.url + "/p/0", name="fast",
-                 settings={**barrier, "CONCURRENT_REQUESTS": 2})
+                 settings={"CONCURRENT_REQUESTS": 2})
     found: list[dict[str, Any]] = []
 
     def warned() -> bool:
@@ -124,11 +127,20 @@ def test_status_warns_about_claims_a_worker_holds_without_starting(redis_server,
 
 
 def test_the_quota_of_a_slot_is_what_it_starts_within_a_second():
-    from scrapy_leased._claimsize import slot_quota
+    from scrapy_leased._claimsize import slot_quota, slot_room_in
 
     assert slot_quota(0) is None  # no delay: CONCURRENT_REQUESTS bounds it
     assert slot_quota(5.0) == slot_quota(2.5) == 1  # AutoThrottle's start delay: one
     assert slot_quota(1.0) == 2 and slot_quota(0.3) == 4 and slot_quota(0.1) == 10
+    # counted from the slot's next start: none while it is over a second away
+    assert slot_quota(5.0, wait=4.0) == 0 and slot_quota(5.0, wait=0.5) == 1
+    assert slot_quota(0.25, wait=0.5) == 3 and slot_quota(0.3, wait=-2) == 4
+    # room for one more once the start it would get is a second away
+    assert slot_room_in(5.0, wait=4.0, pending=0) == 3.0
+    assert slot_room_in(0.25, wait=0.5, pending=3) == 0.25
+    for delay, wait, pending in ((5.0, 4.0, 0), (0.25, 0.5, 3), (0.25, 0.5, 1), (1.0, 0.0, 0)):
+        room_now = slot_room_in(delay, wait, pending) <= 0
+        assert room_now == (pending < (slot_quota(delay, wait) or 0))
 
 
 def test_a_ready_claim_of_a_full_slot_waits_and_others_pass_it():
