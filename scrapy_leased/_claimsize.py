@@ -44,7 +44,8 @@ holds nothing that another worker would start sooner. A claim that still waits a
 ``GIVE_BACK_SECONDS`` for a slot that has no room (the delay grew, or a claim took more
 of the lane than asked) is given back (released to the front of its lane) for the other
 workers. A lane's rate budget (``LEASED_RATE``) already paces its claims (lua/claim.lua
-claims at the budget's rate).
+claims at the budget's rate). The delays themselves are the workers' own; with
+AutoThrottle, the ones it learns are shared (_throttleshare.py).
 
 Each claim names at most ``batch + CANDIDATE_SLACK`` candidate lanes (the ones ready
 longest first, as the last claim reported them): what a claim of that size needs, a few

@@ -52,6 +52,7 @@ from ._command import exit_if_command_line
 from ._compat import asyncio_loop_in_use, slot_clock
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from ._supervise import BUG_REASON, close_crawl, supervise
+from ._throttleshare import ThrottleShare, autothrottle
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError, safe_text
 from .config import LeasedConfig
@@ -204,6 +205,8 @@ class LeasedScheduler(BaseScheduler):
         self._approaching: dict[Request, str] = {}
         self._slot_timer: asyncio.TimerHandle | None = None
         self._giving: list[tuple[int, str]] = []
+        #: AutoThrottle's delays shared with the fleet (LEASED_SHARED_AUTOTHROTTLE)
+        self.throttle: ThrottleShare | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -303,10 +306,21 @@ class LeasedScheduler(BaseScheduler):
             # so that a worker finding nothing else does not take the crawl for finished
             with contextlib.suppress(RedisError, OSError):
                 await self.keeper.revisit()
+        extension = autothrottle(self.crawler)
+        if self.config.shared_autothrottle and extension is not None:
+            # the fleet's delays read before the first request reaches a download slot
+            self.throttle = ThrottleShare(self.crawler, client, keys, extension,
+                                          closing=lambda: self._closing, warn=self._warn)
+            await self.throttle.start()
+            self.throttle.connect()
+            self.throttle.on_read = self._wake_engine
         self._tasks = [supervise(name, coro, self.task_failed) for name, coro in
                        (("the claim loop", self._claim_loop()),
                         ("the lease renewals", self.keeper.renew_loop()),
                         ("the recovery of expired leases", self.keeper.sweep_loop()))]
+        if self.throttle is not None:
+            self._tasks.append(supervise("the shared AutoThrottle", self.throttle.run(),
+                                         self.task_failed))
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": self.worker_id})
 
@@ -1018,9 +1032,12 @@ class LeasedScheduler(BaseScheduler):
         return quota, pending, delay, wait
 
     def _startable(self, claim: Claim) -> bool:
-        """Whether the download slot of ``claim`` has room for it now."""
+        """Whether the download slot of ``claim`` has room for it now (and, with the
+        shared AutoThrottle, the fleet's delay for a slot not open yet is in)."""
         if claim.slot is None:
             return True
+        if self.throttle is not None and not self.throttle.ready(claim.slot):
+            return False
         quota, pending, _, _ = self._slot_pending(claim.slot)
         return quota is None or pending < quota
 
