@@ -34,13 +34,18 @@ Throttled download slots. A Scrapy download slot with a delay (``DOWNLOAD_DELAY`
 ``DOWNLOAD_SLOTS``, AutoThrottle's ``slot.delay``) starts one request per delay, however
 many wait in it; a request waiting there is a claim no other worker can take. So for a
 lane whose slot has a delay, a worker holds (claimed, not started: waiting in the slot
-or in the claim book) at most what the slot starts within ``SOON_SECONDS``:
-``1 + SOON_SECONDS // delay`` (``slot_quota``), claims no more for it, and hands the
-engine a request of it only while the slot holds fewer than that. A claim that still
-waits after ``GIVE_BACK_SECONDS`` for a slot that has no room (the delay grew, or a claim
-took more of the lane than asked) is given back (released to the front of its lane) for
-the other workers. A lane's rate budget (``LEASED_RATE``) already paces its claims
-(lua/claim.lua claims at the budget's rate).
+or in the claim book) at most what the slot starts within ``SOON_SECONDS`` from now,
+counted from its next start (``wait`` seconds away: its last start plus its delay):
+none while that is further than ``SOON_SECONDS``, else ``1 + (SOON_SECONDS - wait) //
+delay`` (``slot_quota``). It claims no more for the lane, and hands the engine a request
+of it only while the slot holds fewer than that; it claims again when the slot has room
+(``slot_room_in``). So a worker whose slot waits long (AutoThrottle's 5 s start delay)
+holds nothing that another worker would start sooner. A claim that still waits after
+``GIVE_BACK_SECONDS`` for a slot that has no room (the delay grew, or a claim took more
+of the lane than asked) is given back (released to the front of its lane) for the other
+workers. A lane's rate budget (``LEASED_RATE``) already paces its claims (lua/claim.lua
+claims at the budget's rate). The delays themselves are the workers' own; with
+AutoThrottle, the ones it learns are shared (_throttleshare.py).
 
 Each claim names at most ``batch + CANDIDATE_SLACK`` candidate lanes (the ones ready
 longest first, as the last claim reported them): what a claim of that size needs, a few
@@ -63,14 +68,26 @@ SOON_SECONDS = 1.0
 GIVE_BACK_SECONDS = 2.0
 
 
-def slot_quota(delay: float) -> int | None:
+def slot_quota(delay: float, wait: float = 0.0) -> int | None:
     """How many requests a download slot with this ``delay`` (seconds between two
-    starts) starts within ``SOON_SECONDS``: what a worker holds unstarted for it at
-    most. None without a delay: the slot starts what it gets (CONCURRENT_REQUESTS
-    bounds it)."""
+    starts) starts within ``SOON_SECONDS`` when its next start is ``wait`` seconds
+    away: what a worker holds unstarted for it at most (0 while that next start is
+    further away). None without a delay: the slot starts what it gets
+    (CONCURRENT_REQUESTS bounds it)."""
     if not delay or delay <= 0:
         return None
-    return 1 + int(SOON_SECONDS // delay)
+    wait = max(0.0, wait)
+    if wait > SOON_SECONDS:
+        return 0
+    return 1 + int((SOON_SECONDS - wait) // delay)
+
+
+def slot_room_in(delay: float, wait: float, pending: int) -> float:
+    """Seconds until a slot (``delay``, next start ``wait`` seconds away, ``pending``
+    requests of this worker waiting in it) has room for one more under
+    ``slot_quota``: when the start that request would get is ``SOON_SECONDS`` away
+    (<= 0: room now)."""
+    return max(0.0, wait) + pending * delay - SOON_SECONDS
 
 
 class ClaimSizer:

@@ -6,11 +6,14 @@ item pipeline's ``open_spider``/``close_spider`` return; 2.13 passes ``spider`` 
 method and chains only Deferreds there. So the package's middleware and pipeline methods
 take an optional ``spider`` they ignore, and the pipeline hooks go through
 ``pipeline_hook``. ``scrapy.utils.asyncio`` is 2.14+ (2.13 always runs a reactor).
+A download slot's ``lastseen`` (when it last started a request) is ``time.time()`` up
+to Scrapy 2.15 and ``time.monotonic()`` from 2.16: ``slot_clock``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import scrapy
@@ -26,6 +29,9 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 SCRAPY_2_14 = _version(scrapy.__version__) >= (2, 14)
+#: The clock of a Scrapy download slot's ``lastseen`` (scrapy/core/downloader).
+slot_clock: Callable[[], float] = (
+    time.monotonic if _version(scrapy.__version__) >= (2, 16) else time.time)
 
 
 def pipeline_hook(coro: Coroutine[Any, Any, None]) -> Any:

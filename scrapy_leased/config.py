@@ -250,6 +250,9 @@ class LeasedConfig:
     #: LEASED_SHARED_COOKIES: one cookie jar per ``meta['cookiejar']`` for the whole fleet
     #: (cookies.py), not one per worker
     shared_cookies: bool
+    #: LEASED_SHARED_AUTOTHROTTLE: a delay one worker's AutoThrottle learnt for a download
+    #: slot is adopted by the others when lower (_throttleshare.py)
+    shared_autothrottle: bool
     #: LEASED_EMBEDDED_DIR as set: resolved (``embedded_dir``) only when the embedded Redis
     #: is used, so that a worker with LEASED_REDIS_URL never touches the project's .scrapy/
     embedded_dir_setting: str
@@ -322,6 +325,7 @@ class LeasedConfig:
             retry_errors=bool_setting(settings, "LEASED_RETRY_ERRORS", False),
             fleet_stats=bool_setting(settings, "LEASED_FLEET_STATS", True),
             shared_cookies=bool_setting(settings, "LEASED_SHARED_COOKIES", True),
+            shared_autothrottle=bool_setting(settings, "LEASED_SHARED_AUTOTHROTTLE", True),
             embedded_dir_setting=str(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
             connect_timeout=number_setting(settings, "LEASED_CONNECT_TIMEOUT",

@@ -47,11 +47,12 @@ from twisted.python.failure import Failure as TwistedFailure
 from . import signals as leased_signals
 from ._cancel import cancel_and_wait
 from ._claimbook import Claim, ClaimBook
-from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota
+from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota, slot_room_in
 from ._command import exit_if_command_line
-from ._compat import asyncio_loop_in_use
+from ._compat import asyncio_loop_in_use, slot_clock
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from ._supervise import BUG_REASON, PartFailed, close_crawl, supervise
+from ._throttleshare import ThrottleShare, autothrottle
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError, safe_text
 from .config import LeasedConfig
@@ -205,6 +206,8 @@ class LeasedScheduler(BaseScheduler):
         self._approaching: dict[Request, str] = {}
         self._slot_timer: asyncio.TimerHandle | None = None
         self._giving: list[tuple[int, str]] = []
+        #: AutoThrottle's delays shared with the fleet (LEASED_SHARED_AUTOTHROTTLE)
+        self.throttle: ThrottleShare | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -308,10 +311,21 @@ class LeasedScheduler(BaseScheduler):
             # so that a worker finding nothing else does not take the crawl for finished
             with contextlib.suppress(RedisError, OSError):
                 await self.keeper.revisit()
+        extension = autothrottle(self.crawler)
+        if self.config.shared_autothrottle and extension is not None:
+            # the fleet's delays read before the first request reaches a download slot
+            self.throttle = ThrottleShare(self.crawler, client, keys, extension,
+                                          closing=lambda: self._closing, warn=self._warn)
+            await self.throttle.start()
+            self.throttle.connect()
+            self.throttle.on_read = self._wake_engine
         self._tasks = [supervise(name, coro, self.task_failed) for name, coro in
                        (("the claim loop", self._claim_loop()),
                         ("the lease renewals", self.keeper.renew_loop()),
                         ("the recovery of expired leases", self.keeper.sweep_loop()))]
+        if self.throttle is not None:
+            self._tasks.append(supervise("the shared AutoThrottle", self.throttle.run(),
+                                         self.task_failed))
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": self.worker_id})
 
@@ -1027,39 +1041,53 @@ class LeasedScheduler(BaseScheduler):
         except (TypeError, ValueError, AttributeError):
             return 0.0
 
-    def _slot_pending(self, key: str) -> tuple[int | None, int]:
-        """(quota, pending) of download slot ``key``: how many requests it starts soon
-        (None: no delay, no bound) and how many of this worker's wait to start in it
-        (in its queue, or handed to the engine and not there yet)."""
-        quota = slot_quota(self._slot_delay(key))
+    def _slot_next(self, key: str) -> tuple[float, float]:
+        """(delay, wait) of download slot ``key``: its delay (``_slot_delay``) and the
+        seconds until it may start its next request (<= 0: now; a slot Scrapy has not
+        made yet starts its first request at once)."""
+        delay = self._slot_delay(key)
+        slot = getattr(self._downloader(), "slots", {}).get(key)
+        if slot is None or delay <= 0:
+            return delay, 0.0
+        return delay, float(getattr(slot, "lastseen", 0) or 0) + delay - slot_clock()
+
+    def _slot_pending(self, key: str) -> tuple[int | None, int, float, float]:
+        """(quota, pending, delay, wait) of download slot ``key``: how many requests it
+        starts within SOON_SECONDS (None: no delay, no bound; 0 while its next start is
+        further away), how many of this worker's wait to start in it (in its queue, or
+        handed to the engine and not there yet), and ``_slot_next``."""
+        delay, wait = self._slot_next(key)
+        quota = slot_quota(delay, wait)
         if quota is None:
-            return None, 0
+            return None, 0, delay, wait
         slot = getattr(self._downloader(), "slots", {}).get(key)
         queued = len(getattr(slot, "queue", ())) if slot is not None else 0
-        return quota, queued + sum(1 for k in self._approaching.values() if k == key)
+        pending = queued + sum(1 for k in self._approaching.values() if k == key)
+        return quota, pending, delay, wait
 
     def _startable(self, claim: Claim) -> bool:
-        """Whether the download slot of ``claim`` has room for it now."""
+        """Whether the download slot of ``claim`` has room for it now (and, with the
+        shared AutoThrottle, the fleet's delay for a slot not open yet is in)."""
         if claim.slot is None:
             return True
-        quota, pending = self._slot_pending(claim.slot)
+        if self.throttle is not None and not self.throttle.ready(claim.slot):
+            return False
+        quota, pending, _, _ = self._slot_pending(claim.slot)
         return quota is None or pending < quota
 
     def _slot_wait(self, keys: set[str]) -> float | None:
-        """Seconds until one of these throttled download slots may start its next
-        request (then polled every SLOT_POLL_SECONDS at most); None: none is known."""
-        slots = getattr(self._downloader(), "slots", {})
-        now = time.monotonic()  # Scrapy's slot.lastseen is time.monotonic()
+        """Seconds until one of these throttled download slots has room for one more
+        request of this worker (``slot_room_in``; then polled every SLOT_POLL_SECONDS
+        at most); None: none is known."""
         best: float | None = None
         for key in keys:
-            slot = slots.get(key)
-            delay = float(getattr(slot, "delay", 0) or 0) if slot is not None else 0.0
-            if delay <= 0:
+            quota, pending, delay, wait = self._slot_pending(key)
+            if quota is None:
                 continue
-            wait = float(getattr(slot, "lastseen", 0) or 0) + delay - now
-            if wait <= 0:
-                wait = min(SLOT_POLL_SECONDS, delay / 4)
-            best = wait if best is None else min(best, wait)
+            room_in = slot_room_in(delay, wait, pending)
+            if room_in <= 0:  # due (a randomized delay may start it later): poll
+                room_in = min(SLOT_POLL_SECONDS, delay / 4)
+            best = room_in if best is None else min(best, room_in)
         return None if best is None else max(0.01, best)
 
     def _arm_slot_timer(self, keys: set[str]) -> None:
@@ -1088,7 +1116,7 @@ class LeasedScheduler(BaseScheduler):
             if key is None:
                 continue
             if key not in room:
-                quota, pending = self._slot_pending(key)
+                quota, pending, _, _ = self._slot_pending(key)
                 room[key] = None if quota is None else quota - pending
             left = room[key]
             if left is None:
@@ -1226,7 +1254,7 @@ class LeasedScheduler(BaseScheduler):
                 continue
             key = self._lane_slot.get(lane, lane)
             if key not in rooms:
-                quota, pending = self._slot_pending(key)
+                quota, pending, _, _ = self._slot_pending(key)
                 if quota is None:
                     rooms[key] = None
                 else:

@@ -231,6 +231,13 @@ class CrawlKeys:
         checked at open: lua/layout.lua) and ``rate_half_life_ms``
         (LEASED_RATE_RECOVERY of the workers, read by ``scrapy leased status``).""")
 
+    throttle = KeyName(
+        """HASH: AutoThrottle's delays shared by the workers (LEASED_SHARED_AUTOTHROTTLE,
+        _throttleshare.py, lua/throttle_share.lua): download slot key -> ``<delay in
+        seconds> <ms of Redis TIME>``, the last delay any worker's AutoThrottle set for
+        that slot and when; an entry older than a minute is not used and is deleted, and
+        the hash expires a minute after its last write.""")
+
     def seen_bucket(self, bucket: int, gen: int | None = None) -> str:
         """SET of 64-bit integers: fingerprints whose top bits equal ``bucket``. With an
         expiry of seen entries (LEASED_SEEN_TTL), one per generation ``gen`` (Redis TIME
