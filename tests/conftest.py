@@ -33,6 +33,28 @@ def pytest_runtest_makereport(item, call):
     return rep
 
 
+#: fixtures that start a site, a worker process or a server per test (or share the
+#: session's): a test that uses one, directly or through another fixture, is an
+#: ``integration`` test; every other test is ``unit``
+_INTEGRATION_FIXTURES = frozenset({
+    "redis_server", "redis_aof", "make_site", "site", "make_site_process", "start_worker",
+    "worker", "target", "server", "tls_sentinel_group", "tls_cluster", "small_cluster",
+    "sentinel_group", "one_sentinel", "one_node_cluster", "cluster", "browser", "login_site",
+    "seeded",
+})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test ``unit`` or ``integration``: ``pytest -m unit`` runs the fast ones
+    in well under a minute; a test that starts a server or a process in its body, or takes
+    seconds, is marked ``integration`` in its file."""
+    for item in items:
+        if item.get_closest_marker("integration") is not None:
+            continue
+        names = set(getattr(item, "fixturenames", ()))
+        item.add_marker("integration" if names & _INTEGRATION_FIXTURES else "unit")
+
+
 def _test_failed(request) -> bool:
     rep = getattr(request.node, "rep_call", None)
     return rep is None or rep.failed

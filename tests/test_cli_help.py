@@ -36,11 +36,13 @@ def headings(lines: list[str]) -> list[str]:
             if i and re.fullmatch(r"[=-]{3,}", line.strip())]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("columns", [64, 80, 100, 132, 200])
 def test_help_has_only_its_own_headings(columns: int) -> None:
     assert set(headings(help_text(columns).splitlines())) == HEADINGS
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("columns", [40, 50])
 def test_the_add_ons_options_stay_readable_on_a_narrow_terminal(columns: int) -> None:
     """Below 64 columns Scrapy's own ``--loglevel`` help wraps after ``(default:`` and is
@@ -124,6 +126,7 @@ def test_the_options_checks_tell_every_option_apart() -> None:
         assert 0 < len(takers) < len(SUBCOMMANDS), (option, takers)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where", ["--help", "docs/commands.md", "module docstring"])
 def test_usage_lines_name_every_option_of_a_subcommand(where: str) -> None:
     """Each subcommand's own usage line names exactly the options it takes (before: an

@@ -236,6 +236,7 @@ class _Stats:
         self.values[key] += count
 
 
+@pytest.mark.integration
 def test_redis_down_never_fails_a_request_and_the_write_is_retried(crawl_id) -> None:
     """Redis stopped: a response's cookie is kept (and sent) by this worker, its write
     fails with a WARNING (no exception); a request to the jar meanwhile goes on with the

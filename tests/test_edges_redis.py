@@ -369,6 +369,7 @@ def one_sentinel():
         group.close()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", ["server", "sentinel", "cluster"])
 def test_commands_past_the_pool_size_wait_for_a_connection(kind, request):
     """40 commands at once on a client of 5 connections (max_connections=5, as an

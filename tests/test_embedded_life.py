@@ -30,8 +30,8 @@ from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.workers import PROJECT_DIR, REPO_ROOT, Worker, WorkerFactory, wait_for
 from tests.test_embedded import server_pids  # live processes working in the data dir
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="finds server processes via /proc")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="finds server processes via /proc")]
 
 GONE_WITHIN = 5.0  # seconds after the last user exits
 HANG_GUARD = 60.0  # polls give up after this long (a failure, not a measure)

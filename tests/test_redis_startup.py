@@ -20,6 +20,8 @@ import pytest
 from scrapy_leased.connection import LeasedRedisError, connect
 from tests.support.redis_server import RedisServer
 
+pytestmark = pytest.mark.integration  # starts redis-server itself
+
 
 def test_a_worker_started_while_redis_is_unreachable_for_3_s_joins_once_it_is_back(
         make_site, start_worker, crawl_id):

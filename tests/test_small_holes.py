@@ -281,6 +281,7 @@ def test_old_throughput_buckets_are_dropped(redis_server, crawl_id):
 
 # -- the rate middleware's memory ----------------------------------------------------------
 
+@pytest.mark.integration
 def test_a_worker_penalizing_30000_lanes_keeps_its_memory_flat(crawl_id):
     """Before: LeasedRateMiddleware remembered every lane it ever penalized (a dict
     entry per lane, for the life of the worker). Only the penalties of the last
