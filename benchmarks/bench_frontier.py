@@ -140,7 +140,7 @@ def counted(window: Window, name: str, script: Any) -> Any:
 class SimWorker:
     def __init__(self, url: str, wid: str, window: Window, latency: tuple[float, float],
                  hosts: int, pool: list[Any], rng: random.Random) -> None:
-        from scrapy_leased.connection import make_client
+        from scrapy_leased._redis.connection import make_client
         from scrapy_leased.frontier import Frontier
         from scrapy_leased.frontier.keys import CrawlKeys
         from scrapy_leased.frontier.writer import CommitWriter
@@ -353,7 +353,7 @@ def system_busy() -> float:
 
 
 def seed(url: str, n: int, hosts: int) -> None:
-    from scrapy_leased.connection import make_client
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import Frontier
     from scrapy_leased.frontier.keys import CrawlKeys
 
@@ -502,7 +502,7 @@ def script_costs(srv: Any, calls: int = 2000, log: Any = print) -> list[dict[str
     the trivial script as the cost of a round trip: input for making the scripts cheaper.
     It measures one version per run: to compare two versions on a shared machine, use
     bench_script_ab.py (both on one server, calls interleaved)."""
-    from scrapy_leased.connection import make_client
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
     from scrapy_leased.frontier.keys import CrawlKeys
 

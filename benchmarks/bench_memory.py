@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import scrapy  # noqa: E402
 
 from scrapy_leased.codec import encode_request  # noqa: E402
-from scrapy_leased.connection import make_client  # noqa: E402
+from scrapy_leased._redis.connection import make_client  # noqa: E402
 from scrapy_leased.frontier.fingerprints import split_fingerprint  # noqa: E402
 from scrapy_leased.frontier import Frontier, NewRequest  # noqa: E402
 from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402

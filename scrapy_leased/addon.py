@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from scrapy.utils.misc import load_object
 
 from ._command import exit_if_command_line, runs_plain
+from ._redis.connection import LeasedRedisError, check_reachable
 from .config import LeasedConfig, LeasedConfigError
-from .connection import LeasedRedisError, check_reachable
 from .cookies import LeasedCookiesMiddleware
 from .dupefilter import LeasedDupeFilter
 from .feedexports import install as install_feed_exports

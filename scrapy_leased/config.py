@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import BaseSettings
 
-from .connection import CONNECT_TIMEOUT_SECONDS  # how long a starting worker waits for Redis
+from ._redis.connection import CONNECT_TIMEOUT_SECONDS  # how long a starting worker waits for Redis
 from .frontier import NO_BUDGET, Budget, CloseLimits
 
 if TYPE_CHECKING:
@@ -205,8 +205,8 @@ def parse_rate(value: Any, burst: Any, setting: str) -> Budget:
 
 def check_redis_url(url: str, name: str = "LEASED_REDIS_URL") -> str:
     """``url`` if it names a Redis (one server, a Sentinel master or a Cluster: see
-    topology.py), else LeasedConfigError naming the setting."""
-    from .topology import RedisUrlError, parse_redis_url, redact
+    _redis/url.py), else LeasedConfigError naming the setting."""
+    from ._redis.url import RedisUrlError, parse_redis_url, redact
 
     try:
         parse_redis_url(url)
@@ -342,7 +342,7 @@ class LeasedConfig:
     def embedded_dir(self) -> Path:
         """The embedded Redis's data directory (embedded.embedded_data_dir): read only
         where the embedded Redis is used."""
-        from .embedded import embedded_data_dir
+        from ._redis.embedded import embedded_data_dir
 
         return embedded_data_dir(self.embedded_dir_setting)
 

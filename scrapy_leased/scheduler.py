@@ -51,12 +51,12 @@ from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota, slot_room_in
 from ._command import exit_if_command_line
 from ._compat import asyncio_loop_in_use, slot_clock
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
+from ._redis.connection import LeasedRedisError, redact
 from ._supervise import BUG_REASON, PartFailed, close_crawl, supervise
 from ._throttleshare import ThrottleShare, autothrottle
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError, safe_text
 from .config import LeasedConfig
-from .connection import LeasedRedisError, redact
 from .dupefilter import LeasedDupeFilter
 from .feed.drain import FeedDrainer
 from .feed.packer import RequestPacker

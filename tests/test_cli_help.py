@@ -215,7 +215,7 @@ def test_the_filter_drops_only_the_maintenance_line() -> None:
     message and passes any other record of theirs, whatever its level."""
     import logging
 
-    import scrapy_leased.connection  # noqa: F401 (installs the filter)
+    import scrapy_leased._redis.connection  # noqa: F401 (installs the filter)
 
     for name in ("redis.connection", "redis.asyncio.connection"):
         logger = logging.getLogger(name)

@@ -221,7 +221,7 @@ async def _dashboard_reading(url: str, crawl_id: str) -> dict[str, Any]:
     """The snapshot `scrapy leased dashboard` serves for a crawl (observe/reader.py)."""
     from scrapy.settings import Settings
 
-    from scrapy_leased.connection import make_client
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.observe.reader import FleetReader
     from scrapy_leased.ratelimit.budgets import Budgets
 

@@ -21,8 +21,8 @@ from scrapy.http import Request, Response
 from scrapy.http.cookies import CookieJar
 from scrapy.settings import Settings
 
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.addon import Addon
-from scrapy_leased.connection import make_client
 from scrapy_leased.cookies import (
     CookieStore,
     LeasedCookiesMiddleware,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_leased.embedded import stop_embedded_redis
+from scrapy_leased._redis.embedded import stop_embedded_redis
 
 pytestmark = pytest.mark.integration  # the demo: a site, workers, Redis
 

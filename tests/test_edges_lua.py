@@ -39,7 +39,7 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier import Budget
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.run import RunMarker

@@ -1,4 +1,4 @@
-"""Tests for scrapy_leased.embedded: real server processes, no mocks.
+"""Tests for scrapy_leased._redis.embedded: real server processes, no mocks.
 
 Every test gets its own data directory; the fixture stops the server it
 started (and SIGKILLs any leftover server process running in that directory)
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from scrapy_leased.embedded import (
+from scrapy_leased._redis.embedded import (
     EmbeddedRedisError,
     ensure_embedded_redis,
     find_server_binary,
@@ -120,7 +120,7 @@ def test_concurrent_workers_share_one_server(data_dir: Path) -> None:
     code = textwrap.dedent(
         f"""
         import time
-        from scrapy_leased.embedded import ensure_embedded_redis
+        from scrapy_leased._redis.embedded import ensure_embedded_redis
         while time.time() < {start_at!r}:
             pass
         print(ensure_embedded_redis({str(data_dir)!r}), flush=True)

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import script_source
 from scrapy_leased.observe.flush import StatsFlusher, decode_fleet_stats

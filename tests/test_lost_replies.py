@@ -17,7 +17,7 @@ import hashlib
 import pytest
 import redis
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier import Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import script_source

@@ -14,7 +14,7 @@ import json
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier import Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.observe.metrics import render

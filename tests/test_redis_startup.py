@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from scrapy_leased.connection import LeasedRedisError, connect
+from scrapy_leased._redis.connection import LeasedRedisError, connect
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration  # starts redis-server itself

@@ -23,7 +23,7 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import NO_BUDGET, Budget, Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys

@@ -38,6 +38,7 @@ from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from .._redis.connection import make_client, redact
 from ..bootstrap import crawl_redis_url
 from ..config import (
     CRAWL_ID_RE,
@@ -47,7 +48,6 @@ from ..config import (
     check_redis_url,
     number_setting,
 )
-from ..connection import make_client, redact
 from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
 from ..frontier import PAUSED, RUNNING, STOPPING, CrawlKeys, NewRequest
 from ..ratelimit.budgets import Budgets
@@ -273,7 +273,7 @@ def _redis_url(opts: argparse.Namespace, config: LeasedConfig,
             raise CommandError(str(exc)) from None
     if config.redis_url:
         return config.redis_url, "LEASED_REDIS_URL"
-    from ..embedded import EmbeddedRedisError
+    from .._redis.embedded import EmbeddedRedisError
 
     source = f"embedded Redis in {config.embedded_dir}"
     try:  # a running one (or restarted from its data), else (seed) start it
@@ -741,7 +741,7 @@ def _embedded(rest: list[str], opts: argparse.Namespace, settings: Settings) -> 
     _check_options("embedded", [], opts)
     if opts.redis_url:
         raise UsageError("--redis-url cannot be used with 'embedded'")
-    from ..embedded import EmbeddedRedisError, embedded_state, stop_embedded_redis
+    from .._redis.embedded import EmbeddedRedisError, embedded_state, stop_embedded_redis
 
     try:
         config = LeasedConfig.from_settings(settings)

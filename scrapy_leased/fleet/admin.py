@@ -20,13 +20,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._redis.scan import keys_with_prefix, scan_batches, server_info
 from ..frontier import CONTROL_STATES, Envelope, Frontier, NewRequest
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys, tier_code
 from ..frontier.machine import HALF_LIFE_FIELD, SEEN_TTL_FIELD
 from ..frontier.scripts import as_str, pairs, read_atomic, register
 from ..observe.flush import decode_fleet_stats
 from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
-from ..topology import keys_with_prefix, scan_batches, server_info
 from .snapshot import ControlState, LaneState, Snapshot, WorkerState
 
 #: Throughput is read from the ``throughput`` HASH (10-second buckets of Redis time,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..topology import keys_with_prefix
+from .._redis.scan import keys_with_prefix
 from .keys import CrawlKeys
 from .scripts import as_str, register
 

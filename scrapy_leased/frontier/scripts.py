@@ -8,7 +8,7 @@ is out of memory, instead of failing at its first write (or, after a first write
 on), so a script either runs completely or changes nothing. Renewals, releases and
 purges, which only extend or remove what exists, run under OOM (``allow-oom``).
 
-On a client made with ``wait_replicas`` N in its URL (topology.py), the scripts whose
+On a client made with ``wait_replicas`` N in its URL (_redis/url.py), the scripts whose
 replies a worker acts on (WAITED) are followed by ``WAIT N`` on the same connection, in
 the same round trip: their writes are on N replicas before the reply is used."""
 

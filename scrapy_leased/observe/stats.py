@@ -24,9 +24,9 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from .._cancel import cancel_and_wait
+from .._redis.connection import make_client
 from .._supervise import crawl_stopper, supervise
 from ..config import LeasedConfig
-from ..connection import make_client
 from ..scheduler import leased_scheduler
 from .flush import StatsFlusher
 
@@ -61,7 +61,7 @@ class LeasedFleetStats:
     def _redis_url(self) -> str | None:
         if self.config.redis_url is not None:
             return self.config.redis_url
-        from ..embedded import running_embedded_redis  # started by the scheduler
+        from .._redis.embedded import running_embedded_redis  # started by the scheduler
 
         return running_embedded_redis(self.config.embedded_dir)
 

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 
+from .._redis.url import redact
 from ..config import (
     REDIS_SCHEMES,
     LeasedConfigError,
@@ -16,7 +17,6 @@ from ..config import (
     check_redis_url,
     number_setting,
 )
-from ..topology import redact
 
 # Defaults.
 BATCH_SIZE = 500  # records per store round trip

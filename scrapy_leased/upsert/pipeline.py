@@ -16,10 +16,10 @@ from itemadapter import is_item
 from scrapy.exceptions import NotConfigured
 
 from .._compat import pipeline_hook
+from .._redis.connection import LeasedRedisError
 from .._supervise import crawl_stopper
 from ..bootstrap import crawl_redis_url_async
 from ..config import LeasedConfig
-from ..connection import LeasedRedisError
 from .batcher import WriteBatcher
 from .config import UpsertConfig
 from .fence import FenceRegistry

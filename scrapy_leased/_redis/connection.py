@@ -1,7 +1,7 @@
 """Redis connections: one asyncio client per worker, retried on connection errors.
 
 ``make_client`` is the one way to build a crawl's Redis client, whatever the URL names:
-one server, a Sentinel group's master or a Redis Cluster (``topology.py``).
+one server, a Sentinel group's master or a Redis Cluster (``client.py``).
 
 redis-py's retry sends a command again when its reply was lost; the scripts whose
 effect must not happen twice (claims, commits) carry a call id for that
@@ -21,7 +21,8 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .topology import build_client, parse_redis_url, redact
+from .client import build_client
+from .url import parse_redis_url, redact
 
 __all__ = ["LeasedRedisError", "check_reachable", "connect", "make_client", "redact"]
 

@@ -10,7 +10,7 @@ shares it.
   every caller of :func:`ensure_embedded_redis` (a worker, a ``scrapy leased``
   command) is a user until it exits, ``kill -9`` included, and a watchdog process
   started with the server stops it :data:`GRACE_SECONDS` after the last user left
-  (``_embedded_watchdog.py``). :func:`stop_embedded_redis` stops it at once.
+  (``watchdog.py``). :func:`stop_embedded_redis` stops it at once.
 * Persistence is on: append-only file, ``appendfsync everysec``, in the data
   directory. A restarted server replays it, so a stopped crawl can resume.
 * It listens on a unix socket ``<data_dir>/redis.sock`` (TCP port 0), or on
@@ -44,7 +44,8 @@ from urllib.parse import quote
 
 import redis
 
-from ._embedded_watchdog import (
+from .connection import make_client
+from .watchdog import (
     ADDRESS_FILE,
     GRACE_SECONDS,
     LOCK_FILE,
@@ -57,11 +58,10 @@ from ._embedded_watchdog import (
     release,
     users,
 )
-from ._embedded_watchdog import pid_running as _pid_running
-from ._embedded_watchdog import read as _read
-from ._embedded_watchdog import server_pid as _server_pid
-from ._embedded_watchdog import wait as _wait
-from .connection import make_client
+from .watchdog import pid_running as _pid_running
+from .watchdog import read as _read
+from .watchdog import server_pid as _server_pid
+from .watchdog import wait as _wait
 
 __all__ = [
     "ADDRESS_FILE",

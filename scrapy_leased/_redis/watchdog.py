@@ -1,6 +1,6 @@
 """The embedded Redis server's life: who uses it, and its watchdog.
 
-Standard library only: the watchdog runs as ``python -m scrapy_leased._embedded_watchdog
+Standard library only: the watchdog runs as ``python -m scrapy_leased._redis.watchdog
 DATA_DIR LOCK_FD``, a small detached process (its own session, cwd ``/``), and imports
 nothing else.
 
@@ -290,7 +290,7 @@ def _log(message: str) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not argv[1].isdigit():
-        print("usage: python -m scrapy_leased._embedded_watchdog DATA_DIR LOCK_FD",
+        print("usage: python -m scrapy_leased._redis.watchdog DATA_DIR LOCK_FD",
               file=sys.stderr)
         return 2
     data_dir = Path(argv[0])
