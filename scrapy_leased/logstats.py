@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from scrapy import Spider, signals
 from scrapy.exceptions import NotConfigured
 
-from ._supervise import crawl_stopper, supervise
+from ._supervise import supervise
 from .config import LeasedConfig
 from .fleet import FleetAdmin, Snapshot, diagnose
 from .fleet.logline import FLEET_LINE, fleet_line_args
-from .scheduler import leased_scheduler
+from .runtime import crawl_stopper, worker_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -58,11 +58,11 @@ class LeasedLogStats:
             self._task = None
 
     def _closing(self) -> bool:
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         return scheduler is not None and scheduler.closing
 
     def _admin(self) -> FleetAdmin | None:
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         if scheduler is None or scheduler.frontier is None or scheduler.closing:
             return None  # not the leased scheduler, not open yet, or closing its client
         frontier = scheduler.frontier

@@ -88,6 +88,7 @@ from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token, rev
 from .middleware import describe
 from .order import QueueOrder
 from .ratelimit.budgets import Budgets
+from .runtime import attach
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -110,19 +111,7 @@ LANE_SLOTS_MAX = 4096
 #: stop``, or a LEASED_CLOSE_* limit reached by the fleet).
 STOP_REASON = "leased_stopped"
 
-__all__ = ["LeasedScheduler", "leased_scheduler"]
-
-
-def leased_scheduler(crawler: Crawler) -> LeasedScheduler | None:
-    """The crawl's LeasedScheduler, None when the project uses another scheduler (or
-    before the engine opened the spider): the add-on's other components then step
-    aside."""
-    engine = getattr(crawler, "engine", None)
-    scheduler = getattr(engine, "scheduler", None)  # Scrapy 2.19+
-    if scheduler is None:
-        scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)
-    # not isinstance(): BaseScheduler's metaclass takes any scheduler-like object for one
-    return scheduler if LeasedScheduler in type(scheduler).__mro__ else None
+__all__ = ["LeasedScheduler"]
 
 
 class _FinishHook(set):  # type: ignore[type-arg]
@@ -221,6 +210,7 @@ class LeasedScheduler(BaseScheduler):
         return deferred_from_coro(self._open(spider))
 
     async def _open(self, spider: Spider) -> None:
+        attach(self.crawler, self)  # worker_of(crawler), for the other components
         if not asyncio_loop_in_use():
             raise LeasedRedisError(
                 "scrapy_leased needs an asyncio event loop: TWISTED_REACTOR = "

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
-from .scheduler import leased_scheduler
+from .runtime import worker_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -39,7 +39,7 @@ class LeasedStartMiddleware:
         return cls(crawler)
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         if scheduler is None or scheduler.frontier is None:
             async for item_or_request in start:
                 yield item_or_request

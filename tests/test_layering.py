@@ -27,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "scrapy_leased"
 LAYERS: list[set[str]] = [
     {"_version", "_compat", "_cancel", "_supervise", "meta", "signals", "_redis"},
     {"frontier"},
-    {"config", "bootstrap", "codec", "order"},
+    {"config", "bootstrap", "codec", "order", "runtime"},
     {"ratelimit", "upsert", "feed", "fleet"},
     {"scheduler", "dupefilter", "middleware", "seeding", "cookies", "feedexports",
      "_claimbook", "_claimsize", "_leasekeeper", "_throttleshare", "observe", "logstats"},
@@ -42,10 +42,7 @@ KNOWN: set[tuple[str, ...]] = {
     ("config", "upsert"),
     ("fleet", "observe"),
     ("observe", "commands"),
-    ("ratelimit", "scheduler"),
-    ("_supervise", "scheduler"),
     ("scheduler", "_command"),
-    ("circle", "feedexports", "scheduler"),
 }
 
 

@@ -25,9 +25,9 @@ from scrapy.exceptions import NotConfigured
 
 from .._cancel import cancel_and_wait
 from .._redis.connection import make_client
-from .._supervise import crawl_stopper, supervise
+from .._supervise import supervise
 from ..config import LeasedConfig
-from ..scheduler import leased_scheduler
+from ..runtime import crawl_stopper, worker_of
 from .flush import StatsFlusher
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class LeasedFleetStats:
         return running_embedded_redis(self.config.embedded_dir)
 
     async def spider_opened(self, spider: Any) -> None:
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         url = self._redis_url()
         if scheduler is None or scheduler.frontier is None or url is None:
             return  # another scheduler: step aside

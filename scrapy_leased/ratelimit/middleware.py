@@ -38,7 +38,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from ..config import LeasedConfig
 from ..meta import META_FREE_SINCE, META_NOT_BEFORE
-from ..scheduler import leased_scheduler
+from ..runtime import worker_of
 from .budgets import Budgets
 from .watch import PenaltyWatch
 
@@ -142,12 +142,12 @@ class LeasedRateMiddleware:
     def _frontier(self) -> Any:
         """The leased scheduler's frontier; None when the project replaced the
         scheduler (this middleware then passes every request and response through)."""
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         return None if scheduler is None else scheduler.frontier
 
     async def process_request(self, request: Request,
                               spider: object = None) -> Request | None:
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         if scheduler is None or scheduler.frontier is None:
             return None
         lane = self.budgets.lane_of(request)

@@ -17,9 +17,9 @@ from scrapy.exceptions import NotConfigured
 
 from .._compat import pipeline_hook
 from .._redis.connection import LeasedRedisError
-from .._supervise import crawl_stopper
 from ..bootstrap import crawl_redis_url_async
 from ..config import LeasedConfig
+from ..runtime import crawl_stopper
 from .batcher import WriteBatcher
 from .config import UpsertConfig
 from .fence import FenceRegistry
