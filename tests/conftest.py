@@ -14,6 +14,7 @@ worker         function alias of start_worker
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -23,6 +24,11 @@ import pytest
 from tests.support.redis_server import RedisServer
 from tests.support.site import Site, SiteProcess
 from tests.support.workers import WorkerFactory
+
+# Scrapy's CookiesMiddleware splits domains with tldextract, which fetches the Public
+# Suffix List on first use (per virtualenv) and logs a traceback when there is no
+# network: the suite and the workers it starts use tldextract's bundled copy instead.
+os.environ.setdefault("TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS", "")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
