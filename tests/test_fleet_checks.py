@@ -42,6 +42,8 @@ def spidermon_settings(tmp_path: Path, min_items: int) -> dict[str, Any]:
         "SPIDERMON_ENABLED": True,
         "SPIDERMON_SPIDER_CLOSE_MONITORS": "testproject.fleetchecks.FleetCloseSuite",  # -s: a str
         "SPIDERMON_MIN_ITEMS": min_items,
+        "SPIDERMON_ADD_FIELD_COVERAGE": True,
+        "SPIDERMON_FIELD_COVERAGE_RULES": {"dict/url": 1.0, "dict/title": 1.0},
         "TEST_MONITOR_FILE": str(tmp_path / "monitors.jsonl"),
         "TEST_FLEET_CLOSED_FILE": str(tmp_path / "fleet_closed.jsonl"),
         "CONCURRENT_REQUESTS": 4,
@@ -71,7 +73,8 @@ def test_item_count_on_the_fleet_stats_passes_once(make_site, start_worker, redi
                                                    crawl_id, tmp_path):
     """2 workers started together crawl 50 pages (one item each): ItemCountMonitor with
     SPIDERMON_MIN_ITEMS=50 runs once, on the last worker, sees the fleet's 50 items and
-    passes; neither worker runs it on its own share. A project's own extension on
+    passes (with FinishReasonMonitor and FieldCoverageMonitor); neither worker runs it on
+    its own share. A project's own extension on
     ``fleet_closed`` (plain Scrapy signal API) gets the fleet's stats, once."""
     site = make_site(pages=PAGES, delay=0.02)
     settings = spidermon_settings(tmp_path, PAGES)
@@ -83,6 +86,8 @@ def test_item_count_on_the_fleet_stats_passes_once(make_site, start_worker, redi
     assert len(runs) == 1, runs
     assert runs[0]["passed"] is True and runs[0]["items"] == PAGES, runs
     assert runs[0]["finish_reason"] == "finished"
+    # Spidermon's field coverage on the fleet's counts (added up), not added up itself
+    assert runs[0]["url_coverage"] == 1.0
     assert runs[0]["pid"] in {w.pid for w in ws}
     # Spidermon's own log lines: one OK line, on one worker, none on the other
     result = monitor_log_lines(ws)

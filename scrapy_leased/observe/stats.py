@@ -171,8 +171,13 @@ class LeasedFleetStats:
                 logger.info("Last worker of this run of the crawl: sending fleet_closed "
                             "with the fleet's stats (%(items)d items scraped)",
                             {"items": stats.get("item_scraped_count", 0)})
-                await maybe_deferred_to_future(self.crawler.signals.send_catch_log_deferred(
-                    fleet_closed, stats=stats, reason=reason, spider=spider))
+                signals_ = self.crawler.signals
+                if hasattr(signals_, "send_catch_log_async"):  # Scrapy 2.14+
+                    await signals_.send_catch_log_async(fleet_closed, stats=stats,
+                                                        reason=reason, spider=spider)
+                else:
+                    await maybe_deferred_to_future(signals_.send_catch_log_deferred(
+                        fleet_closed, stats=stats, reason=reason, spider=spider))
         finally:
             await self._client.aclose()
 

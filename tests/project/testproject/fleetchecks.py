@@ -1,8 +1,9 @@
 """Test-only close-time checks of the whole fleet (tests/test_fleet_checks.py).
 
-- ``FleetCloseSuite``: Spidermon's ItemCountMonitor (SPIDERMON_MIN_ITEMS), with an action
-  appending one JSON line per run of the suite to ``TEST_MONITOR_FILE``: the worker's
-  pid, whether the monitors passed and the item count they saw.
+- ``FleetCloseSuite``: Spidermon's ItemCountMonitor (SPIDERMON_MIN_ITEMS),
+  FinishReasonMonitor and FieldCoverageMonitor (SPIDERMON_FIELD_COVERAGE_RULES), with an
+  action appending one JSON line per run of the suite to ``TEST_MONITOR_FILE``: the
+  worker's pid, whether the monitors passed, the item count and the coverage they saw.
 - ``FleetClosedRecorder``: a project's own extension on ``scrapy_leased.signals.
   fleet_closed`` (plain Scrapy API), appending one JSON line per signal to
   ``TEST_FLEET_CLOSED_FILE``.
@@ -16,7 +17,11 @@ from datetime import datetime
 
 from scrapy.exceptions import NotConfigured
 from spidermon import MonitorSuite
-from spidermon.contrib.scrapy.monitors import ItemCountMonitor
+from spidermon.contrib.scrapy.monitors import (
+    FieldCoverageMonitor,
+    FinishReasonMonitor,
+    ItemCountMonitor,
+)
 from spidermon.core.actions import Action
 
 from scrapy_leased.signals import fleet_closed
@@ -33,11 +38,12 @@ class RecordRun(Action):
         _append(self.data.crawler.settings.get("TEST_MONITOR_FILE"), {
             "pid": os.getpid(), "passed": not self.monitors_failed,
             "items": stats.get("item_scraped_count"),
-            "finish_reason": stats.get("finish_reason")})
+            "finish_reason": stats.get("finish_reason"),
+            "url_coverage": stats.get("spidermon_field_coverage/dict/url")})
 
 
 class FleetCloseSuite(MonitorSuite):
-    monitors = [ItemCountMonitor]
+    monitors = [ItemCountMonitor, FinishReasonMonitor, FieldCoverageMonitor]
     monitors_finished_actions = [RecordRun]
 
 
