@@ -209,3 +209,23 @@ def test_a_killed_worker_holds_the_run_until_its_ttl(redis_server, crawl_id):
         time.sleep(0.02)
         assert time.monotonic() < deadline, "the killed worker never stopped counting"
     assert f.r.exists(f.k.stats_open) == 0
+
+
+def test_eight_workers_closing_at_once_one_is_last(redis_server, crawl_id):
+    """8 workers' final calls sent at the same moment, on 8 connections: one is last."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    workers = [f"w{i}" for i in range(8)]
+    fleets = [Fleet(redis_server.client(), crawl_id) for _ in workers]
+    for f, w in zip(fleets, workers):
+        f.open(w)
+    barrier = Barrier(len(workers))
+
+    def close(i: int) -> bool:
+        barrier.wait()
+        return fleets[i].close(workers[i])
+
+    with ThreadPoolExecutor(len(workers)) as pool:
+        answers = list(pool.map(close, range(len(workers))))
+    assert answers.count(True) == 1, answers
