@@ -72,8 +72,10 @@ class FleetSpidermon(Spidermon):  # type: ignore[misc]
     def spider_closed(self, spider: Any) -> None:
         if not self._fleet_wide():
             if leased_scheduler(self.crawler) is not None:
-                logger.warning("LEASED_FLEET_STATS is off: FleetSpidermon runs the close "
-                               "monitors on this worker's own stats, on every worker")
+                logger.warning("The fleet stats are off (LEASED_FLEET_STATS = False, or "
+                               "their extension removed from EXTENSIONS): FleetSpidermon "
+                               "runs the close monitors on this worker's own stats, on "
+                               "every worker")
             super().spider_closed(spider)
             return
         for task in self.periodic_tasks.get(spider, []):

@@ -136,6 +136,35 @@ def test_without_the_add_on_the_monitors_run_at_spider_closed(make_site, start_w
     assert lines(tmp_path / "fleet_closed.jsonl") == []
 
 
+def test_fleet_stats_off_the_monitors_run_on_the_worker_with_a_warning(
+        make_site, start_worker, redis_server, crawl_id, tmp_path):
+    """LEASED_FLEET_STATS = False: no fleet_closed; FleetSpidermon runs the close monitors
+    on the worker's own stats and says why."""
+    site = make_site(pages=5)
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0",
+                     settings={**spidermon_settings(tmp_path, 5), "LEASED_FLEET_STATS": False})
+    assert w.wait(WAIT) == 0 and w.close_reason() == "finished", w.log_tail(60)
+    assert "The fleet stats are off (LEASED_FLEET_STATS = False" in w.log_text()
+    runs = lines(tmp_path / "monitors.jsonl")
+    assert len(runs) == 1 and runs[0]["passed"] is True and runs[0]["items"] == 5, runs
+    assert lines(tmp_path / "fleet_closed.jsonl") == []
+
+
+def test_spidermon_and_fleet_spidermon_both_enabled_warns(make_site, start_worker,
+                                                          redis_server, crawl_id, tmp_path):
+    """Spidermon's extension left on beside FleetSpidermon: a warning naming it; its close
+    monitors run on the worker's own stats too (here: twice in all, one worker)."""
+    site = make_site(pages=5)
+    settings = spidermon_settings(tmp_path, 5)
+    settings["EXTENSIONS"] = {**EXTENSIONS,
+                              "spidermon.contrib.scrapy.extensions.Spidermon": 400}
+    w = start_worker(redis_server.url, crawl_id, site.url + "/p/0", settings=settings)
+    assert w.wait(WAIT) == 0 and w.close_reason() == "finished", w.log_tail(60)
+    assert "Both spidermon.contrib.scrapy.extensions.Spidermon and " \
+           "scrapy_leased.FleetSpidermon are in EXTENSIONS" in w.log_text()
+    assert len(lines(tmp_path / "monitors.jsonl")) == 2
+
+
 # -- the decision, script by script -------------------------------------------------------
 
 class Fleet:

@@ -134,6 +134,9 @@ class LeasedFleetStats:
             await asyncio.sleep(self.config.renew_interval)
             try:
                 await self._open()
+            except (RedisError, OSError):
+                pass  # unreachable: the flush says so; else fleet_close will, at close
+            try:
                 await self.flush()
             except (RedisError, OSError) as exc:
                 if not self._warned:
