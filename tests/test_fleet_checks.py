@@ -123,6 +123,39 @@ def test_item_count_above_the_fleet_total_fails_once(make_site, start_worker, re
     assert len(result) == 1 and result[0].rstrip().endswith("FAIL"), result
 
 
+def test_a_worker_killed_while_crawling_the_survivor_checks_the_fleet_once(
+        make_site, start_worker, redis_server, crawl_id, tmp_path):
+    """w1 is killed (kill -9) while it holds leases: w0 takes them over once they expire,
+    finishes the crawl and, w1's heartbeat as old as its leases by then, is the last
+    worker: the monitors run once, on w0, on the fleet's stats (w1's share included as far
+    as it sent it)."""
+    site = make_site(pages=PAGES, delay=0.1)
+    settings = {**spidermon_settings(tmp_path, PAGES), "LEASED_LEASE_SECONDS": 2,
+                "LEASED_WORKER_TTL": 2}
+    together = start_worker.barrier(2)
+    w0, w1 = (start_worker(redis_server.url, crawl_id, site.url + "/p/0", name=f"w{i}",
+                           settings={**settings, **together}) for i in range(2))
+    r = redis_server.client()
+    owners = CrawlKeys(crawl_id).owners
+
+    def w1_holds_leases() -> bool:
+        w1.sigstop()  # frozen: it acks nothing while its leases are looked at
+        if any(f":{w1.pid}:" in v.decode() for v in r.hvals(owners)):
+            return True
+        w1.sigcont()
+        return False
+
+    w1.wait_until(lambda: len(w1.items()) >= 3 and w1_holds_leases(), timeout=WAIT,
+                  what="3 items and leases held")
+    w1.kill9()
+    assert_exit(w0, "finished")
+    runs = lines(tmp_path / "monitors.jsonl")
+    assert len(runs) == 1, runs
+    assert runs[0]["pid"] == w0.pid and runs[0]["passed"] is True, runs
+    assert runs[0]["items"] >= PAGES  # w1's items of unacked pages may count twice
+    assert len(lines(tmp_path / "fleet_closed.jsonl")) == 1
+
+
 def test_without_the_add_on_the_monitors_run_at_spider_closed(make_site, start_worker,
                                                                tmp_path):
     """Plain Scrapy (the add-on off): FleetSpidermon is Spidermon, the close monitors run
@@ -224,9 +257,10 @@ def test_a_new_run_gets_its_own_fleet_closed(redis_server, crawl_id):
     assert f.close("a") is True
 
 
-def test_a_killed_worker_holds_the_run_until_its_ttl(redis_server, crawl_id):
-    """A worker killed (no close) counts as live for the worker TTL since it was last
-    seen: a worker closing within it is not the last; the first one closing after it is."""
+def test_a_worker_killed_while_closing_holds_the_run_until_its_ttl(redis_server, crawl_id):
+    """A worker killed after it left the registry, before its final stats flush, counts as
+    live for the worker TTL since it was last seen: a worker closing within it is not the
+    last; the first one closing after it is."""
     f = Fleet(redis_server.client(), crawl_id, worker_ttl_ms=300)
     f.open("killed")
     f.open("a")
@@ -258,3 +292,19 @@ def test_eight_workers_closing_at_once_one_is_last(redis_server, crawl_id):
     with ThreadPoolExecutor(len(workers)) as pool:
         answers = list(pool.map(close, range(len(workers))))
     assert answers.count(True) == 1, answers
+
+
+def test_a_worker_killed_while_crawling_is_not_waited_for(redis_server, crawl_id):
+    """A worker in stats_open (seen a moment ago) but still in the registry with a
+    heartbeat older than the worker TTL was killed while crawling: not waited for."""
+    r = redis_server.client()
+    f = Fleet(r, crawl_id, worker_ttl_ms=5_000)
+    f.open("killed")
+    f.open("a")
+    sec, usec = r.time()
+    now = int(sec) * 1000 + int(usec) // 1000
+    r.zadd(f.k.workers, {"killed": now - 1_000})
+    assert f.close("a") is False  # its heartbeat is young: maybe crawling
+    f.open("a")
+    r.zadd(f.k.workers, {"killed": now - 6_000})
+    assert f.close("a") is True

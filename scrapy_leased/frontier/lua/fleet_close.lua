@@ -1,8 +1,12 @@
 #!lua
 -- fleet_close: a worker made its final stats flush (observe/stats.py, after it left the
 -- run's registry in its scheduler's close). Is it the last worker of the run? Yes when no
--- other worker is live, neither crawling (workers: a heartbeat younger than the worker
--- TTL) nor closing with its final stats still to come (stats_open: seen within the TTL).
+-- other worker is live:
+-- - crawling: in workers with a heartbeat younger than the worker TTL;
+-- - closing with its final stats still to come: in stats_open, seen within the TTL, and
+--   out of workers (it left the registry). One in stats_open that is still in workers
+--   with an older heartbeat was killed while crawling: it is not waited for (its leases
+--   expire as its heartbeat does; the workers that take them over close after that).
 -- Scripts run one at a time, so of two workers closing together only the second one to
 -- get here is the last: fleet_closed is sent once. The last one gets the fleet's stats,
 -- read in the same step (the final flush of every worker that was live is in), clears
@@ -21,7 +25,9 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 local closer = redis.call('GET', KEYS[4])
 if closer == ARGV[1] then return {1, redis.call('HGETALL', KEYS[3])} end
 if closer then return {0} end
-if redis.call('ZCOUNT', KEYS[1], live, '+inf') > 0 then return {0} end
+for _, other in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], live, '+inf')) do
+  if not redis.call('ZSCORE', KEYS[2], other) then return {0} end  -- closing
+end
 local others = redis.call('ZCOUNT', KEYS[2], live, '+inf')
 local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])  -- still there if its leave failed
 if mine and tonumber(mine) >= live then others = others - 1 end
