@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .addon import Addon
     from .dupefilter import LeasedDupeFilter
     from .feed import AsyncCrawl, Crawl
+    from .fleetspidermon import FleetSpidermon
     from .meta import claim_token
     from .middleware import LeasedFailureMiddleware
     from .scheduler import LeasedScheduler
@@ -23,13 +24,14 @@ _EXPORTS = {
     "Addon": "addon",
     "AsyncCrawl": "feed",
     "Crawl": "feed",
+    "FleetSpidermon": "fleetspidermon",  # needs spidermon installed
     "LeasedDupeFilter": "dupefilter",
     "LeasedFailureMiddleware": "middleware",
     "LeasedScheduler": "scheduler",
     "claim_token": "meta",
 }
-__all__ = ["Addon", "AsyncCrawl", "Crawl", "LeasedDupeFilter", "LeasedFailureMiddleware",
-           "LeasedScheduler", "claim_token", "__version__"]
+__all__ = ["Addon", "AsyncCrawl", "Crawl", "FleetSpidermon", "LeasedDupeFilter",
+           "LeasedFailureMiddleware", "LeasedScheduler", "claim_token", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -162,6 +162,18 @@ class CrawlKeys:
         (lua/stats_flush.lua), so a flush sent again is not counted twice; expires."""
         return self._key(f"stats_seq:{worker}")
 
+    stats_open = KeyName(
+        """ZSET: worker id -> when it was last seen (ms of Redis TIME), for the workers
+        whose final stats flush is still to come (lua/fleet_open.lua at open and each
+        stats heartbeat; removed by lua/fleet_close.lua after that flush): the last worker
+        of a run sends ``fleet_closed`` once every other one has flushed its last stats.""")
+
+    closed_by = KeyName(
+        """STRING: the worker that sent ``fleet_closed`` for the run that ended last
+        (lua/fleet_close.lua), so that its call sent again after a lost reply gets the
+        same answer and no other worker sends it too; deleted when a worker opens (a new
+        run), expires after an hour.""")
+
     workers = KeyName(
         """ZSET: worker id -> last heartbeat in ms of Redis server time.""")
 

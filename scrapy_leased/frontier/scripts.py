@@ -30,6 +30,8 @@ LIBS: dict[str, tuple[str, ...]] = {
     "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
                "lib_batch", "lib_stats"),
     "stats_flush": ("lib_stats",),  # observe/flush.py
+    "fleet_open": ("lib_time",),  # observe/stats.py: a worker's final stats are to come
+    "fleet_close": ("lib_time",),  # observe/stats.py: the run's last worker (fleet_closed)
     "feed_take": ("lib_time", "lib_keys"),  # the feed (feed/drain.py): a batch taken off it
     # layout: the seen-set layout, recorded once (Frontier.check_layout)
     "feed_commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
