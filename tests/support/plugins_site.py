@@ -24,7 +24,7 @@ class PluginsSite:
         site = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 with site._lock:
                     site.hits[path] += 1
