@@ -6,7 +6,8 @@ the add-on (2 workers started together, one real Redis) as plain Scrapy, on a lo
   through Redis and run on the worker that downloads the page; a request reusing a live
   ``playwright_page`` is refused with an error naming the URL, the key and the fix.
 - scrapy-poet: ``callback_for`` callbacks (stored by the spider attribute that holds
-  them) and a ``web_poet.Retry`` raised from a callback: the page is fetched again.
+  them) and a ``web_poet.Retry`` raised from a callback or while a page object is built:
+  the page is fetched again.
 """
 
 from __future__ import annotations
@@ -104,18 +105,23 @@ def test_playwright_page_methods_in_meta_two_workers_as_plain(redis_server, craw
 def test_poet_callback_for_and_retry_two_workers_as_plain(redis_server, crawl_id, workers,
                                                           plugins_site):
     start = plugins_site.url + "/list/0"
-    plain = _items([_run_plain(workers, "poet", start, PLUGINS_POET="1")])
+    plain_worker = _run_plain(workers, "poet", start, PLUGINS_POET="1")
+    plain = _items([plain_worker])
     items = {dict(i)["url"] for i in plain if dict(i)["kind"] == "item"}
     assert items == {f"{plugins_site.url}/item/{n}" for n in plugins_site.item_numbers()}
     assert len([i for i in plain if dict(i)["kind"] == "list"]) == plugins_site.lists
-    retried = {f"/item/{n}" for n in plugins_site.item_numbers() if n % 3 == 0}
+    retried = {f"/item/{n}" for n in plugins_site.item_numbers() if n % 3 in (0, 1)}
     assert {p for p, n in plugins_site.hits.items() if n == 2 and "/item/" in p} == retried
+    assert plain_worker.stats()["retry/reason_count/page_object_retry"] == len(retried)
 
     plugins_site.reset()
     fleet = _run_fleet(workers, redis_server.url, crawl_id, "poet", start, PLUGINS_POET="1")
     assert _items(fleet) == plain
-    # every page "loading" at first was fetched again (web_poet.Retry), once
+    # every page "loading" at first was fetched again (web_poet.Retry from the callback or
+    # from building the page object), once
     assert {p for p, n in plugins_site.hits.items() if n == 2 and "/item/" in p} == retried
+    assert sum(w.stats().get("retry/reason_count/page_object_retry", 0)
+               for w in fleet) == len(retried)
     for w in fleet:
         assert "cannot store" not in w.log_text(), w.log_tail()
         assert w.stats().get("leased/unserializable", 0) == 0

@@ -5,7 +5,7 @@
 
 ``/list/{k}`` (k < lists): a list page linking the item pages ``/item/{k*per+j}`` and
 the next list page; ``/item/{n}``: an item page, ``<p id="state">ready</p>``, except that
-every third one answers ``loading`` on its first fetch (for scrapy-poet's
+two of every three (n % 3 in (0, 1)) answer ``loading`` on their first fetch (for scrapy-poet's
 ``web_poet.Retry``). ``hits`` counts the fetches of each path (query left out).
 """
 
@@ -81,7 +81,7 @@ class PluginsSite:
             nxt = f'<a class=next href="/list/{n + 1}">next</a>' if n + 1 < self.lists else ""
             return f"<html><body><h1>list {n}</h1>{items}{nxt}</body></html>"
         if kind == "item" and n < self.lists * self.per:
-            state = "loading" if n % 3 == 0 and nth == 1 else "ready"
+            state = "loading" if n % 3 in (0, 1) and nth == 1 else "ready"
             return (f"<html><body><h1>item {n}</h1><p id=state>{state}</p>"
                     "</body></html>")
         return None
