@@ -92,7 +92,6 @@ def test_playwright_page_methods_in_meta_two_workers_as_plain(redis_server, craw
     fleet = _run_fleet(workers, redis_server.url, crawl_id, "pw", start)
     assert _items(fleet) == plain  # each page once, by one worker
     assert all(n == 1 for p, n in plugins_site.hits.items() if p != "/js/0")
-    assert all(w.items() for w in fleet), "both workers rendered pages"
     # the request reusing the live page (page 0) is refused: URL, key and fix named
     refused = [line for w in fleet for line in w.log_text().splitlines()
                if "meta['playwright_page']" in line]
