@@ -259,6 +259,8 @@ def meta_types(settings: BaseSettings | None) -> dict[str, MetaType]:
         if "<locals>" in name:
             raise LeasedConfigError(f"{setting}: {key!r} is defined inside a function: a "
                                     "worker finds it by name, define it in a module")
+        if codec_path is None and name in BUILTIN_TYPES:
+            continue  # named although built in (scrapy_playwright.page.PageMethod)
         if codec_path is not None:
             codec = (_import_object(codec_path, setting) if isinstance(codec_path, str)
                      else codec_path)

@@ -143,6 +143,10 @@ def test_each_form_of_the_setting():
                                    f'{{"{HERE}.Money": "{HERE}.MoneyCodec"}}'}))
     assert f"{HERE}:Money" in as_json
     assert f"{HERE}:Money" in meta_types(Settings({"LEASED_META_TYPES": {Money: MoneyCodec}}))
+    # a built-in type may be named too (it keeps its built-in codec)
+    pm = pytest.importorskip("scrapy_playwright.page").PageMethod
+    named = meta_types(Settings({"LEASED_META_TYPES": ["scrapy_playwright.page.PageMethod"]}))
+    assert named["scrapy_playwright.page:PageMethod"].load() is pm
     # only the built-in types when unset
     assert set(meta_types(Settings())) == {"scrapy_playwright.page:PageMethod"}
 
