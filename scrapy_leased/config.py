@@ -270,8 +270,11 @@ class LeasedConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> LeasedConfig:
         # the sections' modules import this one (its validators): imported here
+        from .codec import meta_types
         from .ratelimit.budgets import Budgets
         from .upsert.config import UpsertConfig
+
+        meta_types(settings)  # LEASED_META_TYPES: what it names can be imported and stored
 
         url = settings.get("LEASED_REDIS_URL") or None
         if url is not None:
