@@ -14,12 +14,16 @@ import urllib.request
 from collections import Counter
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from redis.exceptions import ResponseError
 
+from scrapy_leased.frontier import NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from tests.project.testproject.spiders.dropped import bad_requests
 from tests.support.observe import LeasedServer
 from tests.test_commands import WAIT, assert_finished, dead_json, leased, ok, stat, status_json
+from tests.test_frontier import run
 
 PAGES = 60
 
@@ -104,7 +108,8 @@ def test_requests_that_cannot_be_stored_are_dead_letters(redis_server, make_site
     assert out.returncode == 1, (out.stdout, out.stderr)
     assert f"{len(letters)} dropped requests of crawl {crawl_id!r} not requeued" in out.stderr
     assert r.hlen(CrawlKeys(crawl_id).dead) == len(letters)
-    assert stat(r, crawl_id, "todo") == 0 and stat(r, crawl_id, "requeued_dead") == 0
+    assert int(r.get(CrawlKeys(crawl_id).todo) or 0) == 0
+    assert stat(r, crawl_id, "requeued_dead") == 0
 
     # the metrics and the dashboard's snapshot show it
     with LeasedServer("metrics", crawl_id, "--redis-url", redis_server.url) as server:
@@ -125,3 +130,40 @@ def test_requests_that_cannot_be_stored_are_dead_letters(redis_server, make_site
                        "--redis-url", redis_server.url))
     assert "purged 1 dead letter" in purged
     assert r.hlen(CrawlKeys(crawl_id).dead) == len(letters) - 1
+
+
+def test_commit_writes_dropped_requests_once_per_call_id(redis_server, crawl_id):
+    """commit.lua's dropped section (frontier/machine.py ``drops``): the letter gets
+    Redis time, attempts 0 and ``dropped``; a replayed call writes nothing again; the
+    same request dropped again overwrites its letter (one letter, each drop counted); a
+    letter that is not a JSON object is refused before anything is written."""
+    keys = CrawlKeys(crawl_id)
+    letter = json.dumps({"reason": "cannot store <GET http://a/x>: meta['obj'] ...",
+                         "url": "http://a/x", "method": "GET", "callback": "parse",
+                         "request": '{"u":"http://a/x"}', "removed": ["meta['obj']"]})
+
+    async def body(f, r):
+        await f.enqueue([NewRequest("P")])
+        ((token, env),) = (await f.claim(1, "w")).claims
+        call = f.new_call_id()
+        stats = ["i", "leased/dropped", "1"]
+        for _ in range(2):  # the same call twice (a lost reply): applied once
+            await f.commit([NewRequest("child")], acks=[(token, env.rid)], call_id=call,
+                           stats=stats, drops=[("dropped:x", letter)])
+        first = json.loads(r.hget(keys.dead, "dropped:x"))
+        t_redis = int(r.time()[0]) * 1000
+        assert abs(first.pop("t") - t_redis) < 60_000
+        assert first == {**json.loads(letter), "attempts": 0, "dropped": True}
+        assert (stat(r, crawl_id, "dropped"), stat(r, crawl_id, "dead")) == (1, 1)
+        assert r.hget(keys.fleet_stats, "leased/dropped") == "1"
+        await f.commit(drops=[("dropped:x", letter), ("dropped:y", letter)])
+        assert r.hlen(keys.dead) == 2
+        assert (stat(r, crawl_id, "dropped"), stat(r, crawl_id, "dead")) == (3, 2)
+        todo = r.get(keys.todo)
+        assert todo == "1"  # the child
+        with pytest.raises(ResponseError, match="not a JSON object"):
+            await f.commit([NewRequest("other")], drops=[("dropped:z", "[1")])
+        assert r.hlen(keys.dead) == 2 and r.get(keys.todo) == todo
+        assert stat(r, crawl_id, "dropped") == 3
+
+    run(redis_server, crawl_id, body)
