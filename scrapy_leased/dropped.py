@@ -81,7 +81,11 @@ def dead_letter(codec: Codec, request: Request, spider: Spider | None,
     """(field in the ``dead`` HASH, letter JSON) of a request that cannot be stored
     (lua/commit.lua adds ``attempts`` 0, ``dropped`` true and ``t``)."""
     url, method = safe_text(request.url), safe_text(request.method)
-    payload, removed, note = salvage(codec, request, spider)
+    try:
+        payload, removed, note = salvage(codec, request, spider)
+    except Exception as exc:  # a Request subclass whose replace() fails, say: the letter
+        payload, removed = None, []  # is written all the same, with what is known
+        note = safe_text(f"the request could not be kept: {exc!r}")
     letter: dict[str, Any] = {
         "reason": safe_text(reason), "url": url, "method": method,
         "callback": _name(request.callback) or "parse", "errback": _name(request.errback),

@@ -127,6 +127,8 @@ class CommitWriter:
         """Dead-letter a request that could not be stored: ``letter`` (a JSON object,
         dropped.py) at ``field`` of the dead letters, with the next batch."""
         self._batch.drops.append((field, letter))
+        if len(self._batch.drops) >= LINGER_PAGES:
+            self._go.set()
         self._kick()
 
     def _settles_added(self) -> None:
