@@ -38,7 +38,7 @@ from spidermon.utils.field_coverage import (  # type: ignore[import-untyped]
 )
 
 from .observe.stats import LeasedFleetStats
-from .scheduler import leased_scheduler
+from .runtime import worker_of
 from .signals import fleet_closed
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class FleetSpidermon(Spidermon):  # type: ignore[misc]
 
     def spider_closed(self, spider: Any) -> None:
         if not self._fleet_wide():
-            if leased_scheduler(self.crawler) is not None:
+            if worker_of(self.crawler) is not None:
                 logger.warning("The fleet stats are off (LEASED_FLEET_STATS = False, or "
                                "their extension removed from EXTENSIONS): FleetSpidermon "
                                "runs the close monitors on this worker's own stats, on "

@@ -57,6 +57,7 @@ from ._throttleshare import ThrottleShare, autothrottle
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError, safe_text
 from .config import LeasedConfig
+from .dropped import dead_letter
 from .dupefilter import LeasedDupeFilter
 from .feed.drain import FeedDrainer
 from .feed.packer import RequestPacker
@@ -543,9 +544,7 @@ class LeasedScheduler(BaseScheduler):
         try:
             payload = self.codec.encode(request, self.spider)
         except PayloadError as exc:
-            self.stats.inc_value("leased/unserializable")
-            logger.error("Dropped a request that cannot be stored: %(error)s", {"error": exc},
-                         extra={"spider": self.spider})
+            self._dropped(request, exc)
             return False
         lane = self.budgets.lane_of(request)
         order = self.order.of(request)
@@ -558,6 +557,20 @@ class LeasedScheduler(BaseScheduler):
         self._unconfirmed += 1
         self.stats.inc_value("leased/enqueue_sent")
         return True
+
+    def _dropped(self, request: Request, exc: PayloadError) -> None:
+        """A request the spider yielded cannot be stored: a WARNING naming it, the key and
+        the fix (the error's text), and a dead letter with what of it can be kept,
+        written with the next batch (dropped.py)."""
+        assert self.writer is not None
+        self.stats.inc_value("leased/unserializable")
+        self.stats.inc_value("leased/dropped")
+        field, letter = dead_letter(self.codec, request, self.spider, str(exc))
+        self.writer.add_drop(field, letter)
+        logger.warning("Dropped a request that cannot be stored: %(error)s (callback "
+                       "%(callback)s); kept as a dead letter: scrapy leased dead",
+                       {"error": exc, "callback": json.loads(letter)["callback"]},
+                       extra={"spider": self.spider})
 
     def next_request(self) -> Request | None:
         taken = self.book.take(asyncio.get_running_loop().time(),

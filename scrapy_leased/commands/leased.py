@@ -403,6 +403,13 @@ def status_warnings(cur: Snapshot, prev: Snapshot | None,
                     default_cap: int) -> list[Diagnosis]:
     """The warnings ``status`` shows (the fleet's, and Redis memory)."""
     out = diagnose(cur, prev, default_cap)
+    dropped = cur.totals.get("dropped", 0)
+    if dropped:
+        out.append(Diagnosis("dropped", (
+            f"{_n(dropped, 'request')} dropped: the spider yielded "
+            f"{'it' if dropped == 1 else 'them'} but {'it' if dropped == 1 else 'they'} "
+            f"could not be stored (an object in meta or cb_kwargs, ...); each is a dead "
+            f"letter with the reason and the fix: scrapy leased dead")))
     if cur.maxmemory and cur.used_memory and cur.used_memory > MEMORY_WARN_SHARE * cur.maxmemory:
         out.append(Diagnosis("memory", (
             f"Redis uses {cur.used_memory / cur.maxmemory:.0%} of its maxmemory: the crawl "
@@ -579,6 +586,13 @@ async def _dead(admin: FleetAdmin, opts: argparse.Namespace) -> int:
                  if result.already_done else "")
               + (f"; {result.unreadable:,} unreadable kept (--purge them)"
                  if result.unreadable else ""))
+        if result.dropped:
+            raise CommandError(
+                f"{_n(result.dropped, 'dropped request')} of crawl {crawl!r} not requeued: "
+                "never queued, they could not be stored (their reason names the meta or "
+                "cb_kwargs key and the fix), and what was kept of them is not the request "
+                "the spider made. Fix the spider, seed their URLs again (scrapy leased "
+                "seed), then --purge them")
     else:
         purged = await admin.purge_dead(letters if urls else None)
         print(f"purged {_n(purged, 'dead letter')} of crawl {crawl!r}")
@@ -596,8 +610,16 @@ def render_dead(crawl: str, total: int, letters: list[DeadLetter]) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.t_ms / 1000))
         target = f"{d.method} {d.url}" if d.url else "(unreadable envelope)"
         reason = " ".join(d.reason.split())
-        lines.append(f"  {when}  attempts {d.attempts}  {target}")
+        if d.dropped:
+            lines.append(f"  {when}  dropped (never queued)  {target}  callback {d.callback}")
+        else:
+            lines.append(f"  {when}  attempts {d.attempts}  {target}")
         lines.append(f"      {reason[:300]}{'...' if len(reason) > 300 else ''}")
+        if d.dropped:
+            kept = ("kept without " + ", ".join(d.removed) if d.removed else "kept whole") \
+                if d.request is not None else "not kept"
+            lines.append(f"      request {kept}; cannot be requeued: fix the spider, seed "
+                         f"the URL again, purge the letter")
     return "\n".join(lines)
 
 

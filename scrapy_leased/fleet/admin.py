@@ -49,10 +49,21 @@ class DeadLetter:
     method: str = "GET"
     lane: str = ""
     envelope: Envelope | None = None
+    #: A request the spider yielded that could not be stored (dropped.py): never queued,
+    #: never requeued. ``callback``: its callback's name; ``removed``: the meta and
+    #: cb_kwargs keys left out of ``request``, what of it could be encoded (None: nothing)
+    dropped: bool = False
+    callback: str | None = None
+    removed: tuple[str, ...] = ()
+    request: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rid": self.rid, "url": self.url, "method": self.method,
-                "attempts": self.attempts, "reason": self.reason, "time": self.t_ms / 1000}
+        out: dict[str, Any] = {"rid": self.rid, "url": self.url, "method": self.method,
+               "attempts": self.attempts, "reason": self.reason, "time": self.t_ms / 1000}
+        if self.dropped:
+            out.update(dropped=True, callback=self.callback, removed=list(self.removed),
+                       request=self.request)
+        return out
 
 
 def parse_dead_letter(rid: str, raw: str) -> DeadLetter:
@@ -63,6 +74,15 @@ def parse_dead_letter(rid: str, raw: str) -> DeadLetter:
     reason = str(letter.get("reason", ""))
     attempts = int(letter.get("attempts") or 0)
     t_ms = int(letter.get("t") or 0)
+    if letter.get("dropped"):
+        removed = letter.get("removed")
+        request = letter.get("request")
+        return DeadLetter(rid, reason, attempts, t_ms, str(letter.get("url") or "") or None,
+                          str(letter.get("method") or "GET"), dropped=True,
+                          callback=str(letter.get("callback") or "parse"),
+                          removed=tuple(str(r) for r in removed)
+                          if isinstance(removed, list) else (),
+                          request=request if isinstance(request, str) else None)
     try:
         env = Envelope.parse(str(letter.get("envelope", "")))
         payload = json.loads(env.payload)
@@ -78,6 +98,7 @@ class RequeueResult:
     missing: int = 0  # gone meanwhile (requeued or purged by someone else)
     already_done: int = 0  # their request was processed meanwhile: letter dropped
     unreadable: int = 0  # envelope cannot be requeued: letter kept (purge it)
+    dropped: int = 0  # requests that could not be stored: never requeued, letter kept
 
 
 @dataclass(frozen=True)
@@ -286,11 +307,14 @@ class FleetAdmin:
         return as_str(prev), int(since), int(now)
 
     async def requeue_dead(self, letters: Sequence[DeadLetter]) -> RequeueResult:
-        """Put dead letters back in the queue, attempts and expiries reset to 0."""
+        """Put dead letters back in the queue, attempts and expiries reset to 0. The
+        letters of requests that could not be stored (``dropped``) are refused and kept:
+        counted in ``RequeueResult.dropped``."""
         k = self.keys
         counts = [0, 0, 0, 0]
         todo = [d for d in letters if d.envelope is not None]
-        counts[3] += len(letters) - len(todo)
+        dropped = sum(d.dropped for d in letters)
+        counts[3] += len(letters) - len(todo) - dropped
         for i in range(0, len(todo), BATCH):
             keys = [k.lanes, k.todo, k.stats, k.dead, k.done]
             extra = ExtraKeys(keys)
@@ -303,7 +327,7 @@ class FleetAdmin:
             out = await self._s["requeue_dead"](keys=keys, args=args)
             for j in range(4):
                 counts[j] += int(out[j])
-        return RequeueResult(*counts)
+        return RequeueResult(counts[0], counts[1], counts[2], counts[3], dropped)
 
     async def purge_dead(self, letters: Sequence[DeadLetter] | None = None) -> int:
         """Delete the given dead letters, or every one; returns how many were deleted."""

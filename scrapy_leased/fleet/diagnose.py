@@ -18,8 +18,8 @@ HOLD_WARN_S = 10.0  # a worker's claim not started after this many seconds: "hol
 
 @dataclass(frozen=True)
 class Diagnosis:
-    code: str  # "no_workers", "orphaned", "stuck", "dead_climbing", "holding" ("memory":
-    # the command)
+    code: str  # "no_workers", "orphaned", "stuck", "dead_climbing", "holding" ("memory",
+    # "dropped": the command)
     message: str
 
 

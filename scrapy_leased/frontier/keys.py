@@ -147,7 +147,10 @@ class CrawlKeys:
         """BITMAP: bit rid is set once request rid was processed.""")
 
     dead = KeyName(
-        """HASH: rid -> dead letter JSON {reason, attempts, envelope, t}.""")
+        """HASH: rid -> dead letter JSON {reason, attempts, envelope, t}; also
+        ``feed:<sha1>`` (unreadable feed entries) and ``dropped:<sha1>`` (requests that
+        could not be stored: {reason, url, method, callback, errback, request, removed,
+        attempts 0, dropped true, t}, dropped.py).""")
 
     stats = KeyName(
         """HASH: crawl-wide counters (enqueued, claimed, acked, done, dead, ...).""")

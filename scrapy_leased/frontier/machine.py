@@ -311,13 +311,16 @@ class Frontier:
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
                      fails: Sequence[Failure] = (), call_id: str | None = None,
                      revisits: Mapping[int, Revisit] | None = None,
-                     stats: Sequence[Any] = ()) -> CommitResult:
+                     stats: Sequence[Any] = (),
+                     drops: Sequence[tuple[str, str]] = ()) -> CommitResult:
         """Enqueue, ack and fail in one atomic step. ``call_id``: the id of this commit
         (``new_call_id``); send a commit whose outcome is unknown again with the same id
         and the same contents, and it is applied once. None: a new id. ``revisits``:
         claim token -> when and what to queue again after its ack (``revisit``).
         ``stats``: Scrapy stats deltas added to the fleet stats in the same step, flat
-        triples {op, name, value} (observe/flush.py ``StatsFlusher.compose_ops``)."""
+        triples {op, name, value} (observe/flush.py ``StatsFlusher.compose_ops``).
+        ``drops``: requests that could not be stored, each (dead-letter field, letter JSON
+        object) (dropped.py), dead letters in the same step."""
         k = self.keys
         revisits = revisits or {}
         call_id = call_id or self.new_call_id()
@@ -342,6 +345,10 @@ class Frontier:
             for token, r in revisits.items():
                 args += [token, r.priority, r.lane, r.payload]
             args += stats
+            if drops:
+                args.append(len(drops))
+                for field, letter in drops:
+                    args += [field, letter]
             gkeys, gargs = self._guard("commit", call_id)
             return keys + gkeys, args + gargs
 

@@ -181,7 +181,7 @@ def decode_fleet_stats(flat: Iterable[tuple[Any, Any]]) -> dict[str, int | float
 #: The fleet stats ``scrapy leased status`` lists (``--json`` gives them all).
 HEADLINE = ("item_scraped_count", "item_dropped_count", "response_received_count",
             "downloader/request_count", "downloader/exception_count", "log_count/ERROR",
-            "log_count/WARNING", "elapsed_time_seconds")
+            "log_count/WARNING", "elapsed_time_seconds", "leased/dropped")
 HEADLINE_PREFIXES = ("downloader/response_status_count/",)
 
 

@@ -109,7 +109,8 @@ def dashboard_app(reader: FleetReader, default: str | None, allow_writes: bool) 
             result = await admin.requeue_dead(letters)
             return web.json_response({"requeued": result.requeued, "missing": result.missing,
                                       "already_done": result.already_done,
-                                      "unreadable": result.unreadable})
+                                      "unreadable": result.unreadable,
+                                      "dropped": result.dropped})
         if action == "purge":
             return web.json_response({"purged": await admin.purge_dead(letters)})
         raise web.HTTPBadRequest(text="action: requeue or purge")
