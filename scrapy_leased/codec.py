@@ -54,7 +54,7 @@ from scrapy import Request, Spider
 from scrapy.http.request import NO_CALLBACK
 from scrapy.settings import BaseSettings
 
-from .config import LeasedConfigError, item_modules
+from .exceptions import LeasedConfigError
 from .meta import PRIVATE_META_PREFIX, revisit_ms, shown
 
 TAG = "$leased"
@@ -233,8 +233,18 @@ def meta_types(settings: BaseSettings | None) -> dict[str, MetaType]:
     raw = settings.get("LEASED_META_TYPES") if settings is not None else None
     if not raw:
         return found
-    setting = "LEASED_META_TYPES"
     assert settings is not None
+    for key, codec_path in _meta_types_setting(settings).items():
+        meta_type = _meta_type(key, codec_path)
+        if meta_type is not None:
+            found[meta_type.name] = meta_type
+    return found
+
+
+def _meta_types_setting(settings: BaseSettings) -> Mapping[Any, Any]:
+    """LEASED_META_TYPES as a mapping class -> codec (None: the class's own)."""
+    setting = "LEASED_META_TYPES"
+    raw = settings.get(setting)
     if isinstance(raw, str):
         text = raw.strip()
         try:
@@ -251,38 +261,57 @@ def meta_types(settings: BaseSettings | None) -> dict[str, MetaType]:
             f"{setting} ({settings.get(setting)!r}) must be a list of classes, or a dict of "
             "class -> codec, as dotted paths: ['myproject.types.Money'] or "
             "{'myproject.types.Money': 'myproject.types.MoneyCodec'}")
-    for key, codec_path in raw.items():
-        cls = key if isinstance(key, type) else _import_object(key, setting)
-        if not isinstance(cls, type):
-            raise LeasedConfigError(f"{setting}: {key!r} is not a class")
-        name = f"{cls.__module__}:{cls.__qualname__}"
-        if "<locals>" in name:
-            raise LeasedConfigError(f"{setting}: {key!r} is defined inside a function: a "
-                                    "worker finds it by name, define it in a module")
-        if codec_path is None and name in BUILTIN_TYPES:
-            continue  # named although built in (scrapy_playwright.page.PageMethod)
-        if codec_path is not None:
-            codec = (_import_object(codec_path, setting) if isinstance(codec_path, str)
-                     else codec_path)
-            encode, decode = getattr(codec, "encode", None), getattr(codec, "decode", None)
-            if not (callable(encode) and callable(decode)):
-                raise LeasedConfigError(
-                    f"{setting}: the codec of {key!r} ({codec_path!r}) has no encode(obj) "
-                    "and decode(data) functions")
-        elif callable(getattr(cls, "to_dict", None)) and callable(
-                getattr(cls, "from_dict", None)):
-            encode, decode = _to_dict, cls.from_dict  # type: ignore[attr-defined]
-        else:
-            fields = _by_fields(cls)
-            if fields is None:
-                raise LeasedConfigError(
-                    f"{setting}: {key!r} is neither a dataclass nor an attrs class and has "
-                    "no to_dict()/from_dict(data): name a codec for it, "
-                    f"{{{name.replace(':', '.')!r}: 'myproject.codecs.{cls.__name__}Codec'}}, "
-                    "an object with encode(obj) and decode(data)")
-            encode, decode = fields
-        found[name] = MetaType(name, _constant(cls), encode, decode)
-    return found
+    return raw
+
+
+def _meta_type(key: Any, codec_path: Any) -> MetaType | None:
+    """The MetaType of one entry of LEASED_META_TYPES (None: a built-in one)."""
+    setting = "LEASED_META_TYPES"
+    cls = key if isinstance(key, type) else _import_object(key, setting)
+    if not isinstance(cls, type):
+        raise LeasedConfigError(f"{setting}: {key!r} is not a class")
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    if "<locals>" in name:
+        raise LeasedConfigError(f"{setting}: {key!r} is defined inside a function: a "
+                                "worker finds it by name, define it in a module")
+    if codec_path is None and name in BUILTIN_TYPES:
+        return None  # named although built in (scrapy_playwright.page.PageMethod)
+    if codec_path is not None:
+        codec = (_import_object(codec_path, setting) if isinstance(codec_path, str)
+                 else codec_path)
+        encode, decode = getattr(codec, "encode", None), getattr(codec, "decode", None)
+        if not (callable(encode) and callable(decode)):
+            raise LeasedConfigError(
+                f"{setting}: the codec of {key!r} ({codec_path!r}) has no encode(obj) "
+                "and decode(data) functions")
+    elif callable(getattr(cls, "to_dict", None)) and callable(
+            getattr(cls, "from_dict", None)):
+        encode, decode = _to_dict, cls.from_dict  # type: ignore[attr-defined]
+    else:
+        fields = _by_fields(cls)
+        if fields is None:
+            raise LeasedConfigError(
+                f"{setting}: {key!r} is neither a dataclass nor an attrs class and has "
+                "no to_dict()/from_dict(data): name a codec for it, "
+                f"{{{name.replace(':', '.')!r}: 'myproject.codecs.{cls.__name__}Codec'}}, "
+                "an object with encode(obj) and decode(data)")
+        encode, decode = fields
+    return MetaType(name, _constant(cls), encode, decode)
+
+
+def item_modules(settings: BaseSettings) -> list[str]:
+    """``LEASED_ITEM_MODULES``: module names (a list, or comma-separated); raises
+    LeasedConfigError."""
+    extra = settings.get("LEASED_ITEM_MODULES") or []
+    if isinstance(extra, str):
+        extra = [m.strip() for m in extra.split(",")]
+    if not isinstance(extra, (list, tuple)) or not all(
+            isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
+            for m in extra):
+        raise LeasedConfigError(
+            f"LEASED_ITEM_MODULES ({settings.get('LEASED_ITEM_MODULES')!r}) must be a "
+            "list of module names, e.g. ['myproject.items', 'shared_items'].")
+    return list(extra)
 
 
 def _poet_injected(value: Any) -> bool:
@@ -616,6 +645,10 @@ class Codec:
             return {TAG: "odict", "v": self._pairs(v, classes, spider)}
         if isinstance(v, (str, int, float)) and not isinstance(v, bool):
             return v  # a str/int/float subclass (lxml's text results, enums): as JSON does
+        return self._pack_object(v, classes, spider)
+
+    def _pack_object(self, v: Any, classes: ItemClasses, spider: Spider | None) -> Any:
+        """A request, an object of LEASED_META_TYPES or an item, tagged; else refused."""
         if isinstance(v, Request):
             try:
                 return {TAG: "request", "v": self._request_dict(v, spider, classes, True)}

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy.settings import BaseSettings
 
 from ._redis.connection import CONNECT_TIMEOUT_SECONDS  # how long a starting worker waits for Redis
+from .codec import item_modules, meta_types
+from .exceptions import LeasedConfigError as LeasedConfigError  # (its old home)
 from .frontier import NO_BUDGET, Budget, CloseLimits
 
 if TYPE_CHECKING:
@@ -40,10 +42,6 @@ EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (embedded.embedded
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster",
                  "rediss+sentinel", "rediss+cluster")
 CRAWL_ID_RE = re.compile(r"^[^{}\s]+$")  # it becomes the keys' {hash tag}
-
-
-class LeasedConfigError(ValueError):
-    """A ``LEASED_*`` setting has a bad value; the message names it."""
 
 
 #: The largest number a numeric setting takes (a count, or seconds): in ms it is still an
@@ -145,21 +143,6 @@ def close_limits(settings: BaseSettings) -> CloseLimits:
             f"{name} counts the fleet's Scrapy stats in Redis: it needs "
             f"LEASED_FLEET_STATS = True.")
     return limits
-
-
-def item_modules(settings: BaseSettings) -> list[str]:
-    """``LEASED_ITEM_MODULES``: module names (a list, or comma-separated); raises
-    LeasedConfigError."""
-    extra = settings.get("LEASED_ITEM_MODULES") or []
-    if isinstance(extra, str):
-        extra = [m.strip() for m in extra.split(",")]
-    if not isinstance(extra, (list, tuple)) or not all(
-            isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
-            for m in extra):
-        raise LeasedConfigError(
-            f"LEASED_ITEM_MODULES ({settings.get('LEASED_ITEM_MODULES')!r}) must be a "
-            "list of module names, e.g. ['myproject.items', 'shared_items'].")
-    return list(extra)
 
 
 _UNITS_MS = {"s": 1000, "sec": 1000, "second": 1000, "m": 60_000, "min": 60_000,
@@ -270,7 +253,6 @@ class LeasedConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> LeasedConfig:
         # the sections' modules import this one (its validators): imported here
-        from .codec import meta_types
         from .ratelimit.budgets import Budgets
         from .upsert.config import UpsertConfig
 

@@ -25,12 +25,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "scrapy_leased"
 #: bottom to top: ``_redis <- frontier <- settings <- {ratelimit, upsert, feed, fleet}
 #: <- {worker, observe} <- {addon, commands}``, with the leaf helpers at the bottom
 LAYERS: list[set[str]] = [
-    {"_version", "_compat", "_cancel", "_supervise", "meta", "signals", "_redis"},
+    {"_version", "_compat", "_cancel", "_supervise", "meta", "signals", "exceptions", "_redis"},
     {"frontier"},
     {"config", "bootstrap", "codec", "order", "runtime"},
     {"ratelimit", "upsert", "feed", "fleet"},
     {"scheduler", "dupefilter", "middleware", "seeding", "cookies", "feedexports",
-     "_claimbook", "_claimsize", "_leasekeeper", "_throttleshare", "observe", "logstats"},
+     "_claimbook", "_claimsize", "_leasekeeper", "_throttleshare", "observe", "logstats",
+     "dropped", "fleetspidermon"},
     {"addon", "commands", "_command", "__init__"},
 ]
 
