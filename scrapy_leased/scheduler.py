@@ -50,6 +50,7 @@ from ._claimbook import Claim, ClaimBook
 from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota, slot_room_in
 from ._command import exit_if_command_line
 from ._compat import asyncio_loop_in_use, slot_clock
+from ._embedded_watchdog import EmbeddedRedisError
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from ._supervise import BUG_REASON, PartFailed, close_crawl, supervise
 from ._throttleshare import ThrottleShare, autothrottle
@@ -80,7 +81,7 @@ from .frontier import (
     NewRequest,
     Revisit,
 )
-from .frontier.run import SEED, SEEDED, RunMarker
+from .frontier.run import ENDED_MARKER, SEED, SEEDED, RunMarker
 from .frontier.scripts import WrongKeyType
 from .frontier.workerid import enter, new_worker_id
 from .frontier.writer import LINGER_SECONDS, Batch, CommitWriter
@@ -229,7 +230,7 @@ class LeasedScheduler(BaseScheduler):
         self.spider = spider
         try:
             client, url = await connect_crawl(self.config)
-        except LeasedRedisError as exc:
+        except (LeasedRedisError, EmbeddedRedisError) as exc:
             exit_if_command_line(exc)
             logger.error("%(error)s", {"error": exc})
             raise
@@ -258,7 +259,7 @@ class LeasedScheduler(BaseScheduler):
         worker_ttl_ms = int(self.config.worker_ttl * 1000)
         self.run = RunMarker(client, keys, self.worker_id,
                              max(worker_ttl_ms, 3 * int(self.config.renew_interval * 1000)),
-                             worker_ttl_ms)
+                             worker_ttl_ms, int(self.config.run_grace * 1000))
         # a feed key a producer wrote with the wrong command, a control key written by
         # hand: moved aside before a fresh run reads them (lua/run_flush.lua refuses them)
         await self.feed.set_aside()
@@ -415,7 +416,12 @@ class LeasedScheduler(BaseScheduler):
             await self.frontier.check_layout(self.config.seen_bucket_bits,
                                              self.config.seen_ttl_ms)
         elif not out.left:  # a run is on: joined, as any worker of a fleet
-            if all(a.startswith("run marker") for a in out.alive):  # but no worker alive
+            if out.alive == [ENDED_MARKER]:  # it ended within LEASED_RUN_GRACE
+                logger.info(
+                    "Crawl %(crawl)s: joining its run that ended less than LEASED_RUN_GRACE "
+                    "(%(grace)gs) ago: start() is not run again, what is left is crawled",
+                    {"crawl": crawl, "grace": self.config.run_grace})
+            elif all(a.startswith("run marker") for a in out.alive):  # but no worker alive
                 logger.warning(
                     "Crawl %(crawl)s: continuing the run of workers that ended without "
                     "closing (killed?); its requests left are crawled. To start it "
@@ -493,8 +499,14 @@ class LeasedScheduler(BaseScheduler):
         try:
             released = await self.frontier.release(self.worker_id, tokens)
             if self.run is not None and self._joined and await self.run.leave():
-                logger.info("Last worker of this run of the crawl: the run ended (the next "
-                            "worker to start runs start() again)")
+                if self.config.run_grace:
+                    logger.info("Last worker of this run of the crawl: the run ended; a "
+                                "worker starting within LEASED_RUN_GRACE (%(grace)gs) joins "
+                                "it without running start()",
+                                {"grace": self.config.run_grace})
+                else:
+                    logger.info("Last worker of this run of the crawl: the run ended (the "
+                                "next worker to start runs start() again)")
         except (RedisError, OSError) as exc:
             logger.error("Could not release %(n)d claims (%(exc)s); they return to the queue "
                          "when their leases expire", {"n": len(tokens), "exc": exc})

@@ -2,7 +2,8 @@
 -- run_flush: LEASED_FLUSH_ON_START: start a fresh run of the crawl, deleting its
 -- frontier state, unless a run of it is on. Only when no run marker exists (no run is
 -- live: the last worker closed, or every worker's heartbeat is older than the marker's
--- expiry) and no other worker has a heartbeat younger than the worker TTL, the given
+-- expiry; a run that ended less than LEASED_RUN_GRACE ago, its marker 'ended'
+-- (run_leave.lua), is still on: a worker starting then joins it) and no other worker has a heartbeat younger than the worker TTL, the given
 -- keys are deleted and the caller becomes the seeder of a new run (as run_join.lua does
 -- for the first worker of a run), in one step: of workers starting at the same moment
 -- one flushes, and the others find its run and join it (run_join.lua) without flushing.
