@@ -379,6 +379,12 @@ class LeasedScheduler(BaseScheduler):
         assert self.run is not None
         crawl = self.run.keys.crawl_id
         deleted, alive = await self.run.flush(self.config.upsert.prefix)
+        if deleted is None and alive == [ENDED_MARKER]:
+            logger.warning("LEASED_FLUSH_ON_START: not flushing crawl %(crawl)s: its run "
+                           "ended less than LEASED_RUN_GRACE (%(grace)gs) ago; joining that "
+                           "run instead (start() not run again)",
+                           {"crawl": crawl, "grace": self.config.run_grace})
+            return
         if deleted is None:
             logger.warning("LEASED_FLUSH_ON_START: not flushing crawl %(crawl)s: a run of it "
                            "is on (%(alive)s); joining that run instead (a crawl is flushed "

@@ -164,7 +164,9 @@ def test_run_leave_keeps_a_seeded_run_joinable_for_the_grace(redis_server, crawl
     """lua/run_leave.lua with a grace: the last worker of a seeded run leaves it 'ended'
     for the grace; a worker joining it is told SEEDED (skips start()) and the run is on
     again ('seeded'), so no fresh start flushes it; a run left before start() was
-    exhausted ends at once (the next worker seeds it); with no grace the run ends."""
+    exhausted ends at once (the next worker seeds it); with no grace the run ends.
+    Neither a finished crawl's fresh start nor LEASED_FLUSH_ON_START flushes an ended
+    run within its grace."""
     import asyncio
 
     from scrapy_leased.connection import make_client
@@ -185,6 +187,8 @@ def test_run_leave_keeps_a_seeded_run_joinable_for_the_grace(redis_server, crawl
             assert r.get(keys.run) == b"ended" and 0 < r.pttl(keys.run) <= 20_000
             fresh = await marker("b", 20_000).fresh_run("records", only_if_finished=True)
             assert fresh.deleted is None and fresh.alive == [ENDED_MARKER]
+            # LEASED_FLUSH_ON_START waits too
+            assert await marker("b", 20_000).flush("records") == (None, [ENDED_MARKER])
             b = marker("b", 20_000)
             assert await b.join() == SEEDED
             assert r.get(keys.run) == b"seeded" and r.pttl(keys.run) > 20_000
@@ -395,10 +399,27 @@ def job_stats(log: str) -> dict[str, Any]:
     return out
 
 
-def check_one_crawl(scrapyd: Scrapyd, site: Site, jobs: list[str]) -> list[dict[str, Any]]:
+def url_paths(items: list[dict[str, Any]]) -> list[str]:
+    return sorted(urllib.parse.urlsplit(it["url"]).path for it in items)
+
+
+def plain_items(start_worker: WorkerFactory, make_site: Any) -> list[str]:
+    """The item URL paths of a plain Scrapy run (no add-on) of the same spider on a site
+    like the test's."""
+    site = make_site(pages=PAGES)
+    w = start_worker(None, None, site.page_url(0), name="plain",
+                     env={"TESTPROJECT_NO_ADDON": "1"})
+    assert w.wait(WAIT) == 0 and w.close_reason() == "finished", w.log_tail(40)
+    assert "Leased frontier" not in w.log_text()
+    return url_paths(w.items())
+
+
+def check_one_crawl(scrapyd: Scrapyd, site: Site, jobs: list[str],
+                    plain: list[str] | None = None) -> list[dict[str, Any]]:
     """Both jobs `finished` on the leased frontier, one crawl: each page fetched once,
-    the start request once, the items of all jobs add up to the site's pages once each,
-    exactly one job seeded the run. Returns the jobs' stats."""
+    the start request once, the items of all jobs add up to the site's pages once each
+    (and to ``plain``, a plain run's items), exactly one job seeded the run. Returns the
+    jobs' stats."""
     stats = []
     for job in jobs:
         log = scrapyd.log(job)
@@ -411,30 +432,47 @@ def check_one_crawl(scrapyd: Scrapyd, site: Site, jobs: list[str]) -> list[dict[
     assert fetched(site) == dict.fromkeys(page_paths(PAGES), 1)
     items = [it for job in jobs for it in scrapyd.items(job)]
     assert sorted(it["url"] for it in items) == sorted(site.page_url(i) for i in range(PAGES))
+    if plain is not None:
+        assert url_paths(items) == plain
     assert sum(1 for s in stats if s.get("leased/seeded")) == 1, stats
     return stats
 
 
-def test_scrapyd_schedule_twice_is_one_crawl(scrapyd, redis_server, make_site, crawl_id):
+def test_scrapyd_schedule_twice_is_one_crawl(scrapyd, redis_server, make_site, crawl_id,
+                                             start_worker):
     """schedule.json twice at once: 2 jobs, one crawl, start request sent once, the
     items of the two jobs add up to the plain run's item set (every page once)."""
+    plain = plain_items(start_worker, make_site)
+    assert plain == sorted(page_paths(PAGES))
     site = make_site(pages=PAGES, delay=0.05)
     settings = {"LEASED_REDIS_URL": redis_server.url, "LEASED_CRAWL_ID": crawl_id,
                 "CONCURRENT_REQUESTS": 4, **FAST}
     jobs = [scrapyd.schedule(settings, start_url=site.page_url(0), worker=f"job{i}")
             for i in range(2)]
     scrapyd.wait_finished(*jobs)
-    check_one_crawl(scrapyd, site, jobs)
+    check_one_crawl(scrapyd, site, jobs, plain)
+    # inside Scrapyd's jobs the run's grace is 30 s by default: the last job to close
+    # leaves the run joinable that long
+    said = [line for job in jobs for line in scrapyd.log(job).splitlines()
+            if "Last worker of this run" in line]
+    # (both jobs, when the second started after the first had closed)
+    assert said and all("LEASED_RUN_GRACE (30s)" in line for line in said), said
+    r = redis_server.client()
+    assert r.get(CrawlKeys(crawl_id).run) == b"ended"
+    assert 0 < r.pttl(CrawlKeys(crawl_id).run) <= 30_000
 
 
 def test_scrapyd_second_job_after_the_first_ended_joins_its_run(scrapyd, redis_server,
                                                                  make_site, crawl_id):
     """The second job scheduled 10 s after the first, once the first has ended (no
     overlap: the case where workers used to make a run each and crawl the site twice):
-    it joins the run within Scrapyd's default LEASED_RUN_GRACE (30 s), skips start(),
-    fetches nothing again; one crawl."""
+    it joins the run within the grace, skips start(), fetches nothing again; one crawl.
+    The grace is set to 120 s here, not left at Scrapyd's default of 30 s (checked by
+    the test above), so that a slow start of the second job on a loaded machine cannot
+    outlast it."""
     site = make_site(pages=PAGES)
-    settings = {"LEASED_REDIS_URL": redis_server.url, "LEASED_CRAWL_ID": crawl_id, **FAST}
+    settings = {"LEASED_REDIS_URL": redis_server.url, "LEASED_CRAWL_ID": crawl_id, **FAST,
+                "LEASED_RUN_GRACE": 120}
     scheduled = time.monotonic()
     first = scrapyd.schedule(settings, start_url=site.page_url(0), worker="first")
     scrapyd.wait_finished(first)
@@ -444,6 +482,6 @@ def test_scrapyd_second_job_after_the_first_ended_joins_its_run(scrapyd, redis_s
     assert jobs[first]["end_time"] <= jobs[second]["start_time"], jobs  # no overlap
     stats = check_one_crawl(scrapyd, site, [first, second])
     assert stats[0].get("leased/seeded") == 1 and stats[1].get("leased/start_skipped") == 1
-    assert "joining its run that ended less than LEASED_RUN_GRACE (30s)" in \
+    assert "joining its run that ended less than LEASED_RUN_GRACE (120s)" in \
         scrapyd.log(second), scrapyd.log(second)[-3000:]
     assert scrapyd.items(second) == []
