@@ -264,13 +264,7 @@ class LeasedScheduler(BaseScheduler):
         # hand: moved aside before a fresh run reads them (lua/run_flush.lua refuses them)
         await self.feed.set_aside()
         await self._control_aside()
-        if self.config.flush_on_start:
-            # first: a fresh run also ends a stop a LEASED_CLOSE_* limit set (run_flush.lua)
-            await self._flush_on_start()
-            await self.frontier.check_layout(self.config.seen_bucket_bits,
-                                             self.config.seen_ttl_ms)
-        elif not self.config.resume:
-            await self._afresh_if_finished()
+        run_on = await self._fresh_start()
         if not self._joined:  # a flush registered this worker, its id checked in one step
             await self._enter()
         await self._claim_exports(spider)
@@ -288,6 +282,12 @@ class LeasedScheduler(BaseScheduler):
             if not self._joined:
                 self.seeds = await self.run.join() == SEED
                 self._joined = True
+                if self.seeds and run_on:
+                    # the run found on ended before this worker joined it (its last worker
+                    # closed in between): this worker begins a new run, which starts afresh
+                    # as it would have a moment later, rather than sending its start
+                    # requests again into a finished crawl's seen set
+                    await self._fresh_start()
                 if self.seeds and self.config.resume:
                     await self._say_resumed()
         # in the registry with its host and pid before its first claim (status, reset);
@@ -372,10 +372,25 @@ class LeasedScheduler(BaseScheduler):
         if feed_exporter(self.crawler) is not None:
             self.writer.before_acks = ExportFiles.for_crawler(self.crawler).make_durable
 
-    async def _flush_on_start(self) -> None:
+    async def _fresh_start(self) -> bool:
+        """Whether a new run starts afresh: LEASED_FLUSH_ON_START (then the layout checked
+        again), else unless LEASED_RESUME a crawl that finished. True when a run of the
+        crawl was on (joined, nothing flushed)."""
+        assert self.frontier is not None
+        if self.config.flush_on_start:
+            # first: a fresh run also ends a stop a LEASED_CLOSE_* limit set (run_flush.lua)
+            run_on = await self._flush_on_start()
+            await self.frontier.check_layout(self.config.seen_bucket_bits,
+                                             self.config.seen_ttl_ms)
+            return run_on
+        if not self.config.resume:
+            return await self._afresh_if_finished()
+        return False
+
+    async def _flush_on_start(self) -> bool:
         """LEASED_FLUSH_ON_START: begin a fresh run of the crawl (its frontier state
         deleted, UpsertPipeline's records kept) when no run of it is on; else join the
-        run on, flushing nothing."""
+        run on, flushing nothing (True)."""
         assert self.run is not None
         crawl = self.run.keys.crawl_id
         deleted, alive = await self.run.flush(self.config.upsert.prefix)
@@ -384,26 +399,27 @@ class LeasedScheduler(BaseScheduler):
                            "ended less than LEASED_RUN_GRACE (%(grace)gs) ago; joining that "
                            "run instead (start() not run again)",
                            {"crawl": crawl, "grace": self.config.run_grace})
-            return
+            return True
         if deleted is None:
             logger.warning("LEASED_FLUSH_ON_START: not flushing crawl %(crawl)s: a run of it "
                            "is on (%(alive)s); joining that run instead (a crawl is flushed "
                            "only when no worker of it is alive)",
                            {"crawl": crawl, "alive": ", ".join(alive)})
-            return
+            return True
         self.seeds = True
         self._joined = True
         self.stats.inc_value("leased/flushed_keys", deleted)
         logger.info("LEASED_FLUSH_ON_START: flushed crawl %(crawl)s (%(n)d keys: queue, seen "
                     "set, done, dead letters, counters; the feed and UpsertPipeline's records "
                     "kept): this worker starts a fresh run", {"crawl": crawl, "n": deleted})
+        return False
 
-    async def _afresh_if_finished(self) -> None:
+    async def _afresh_if_finished(self) -> bool:
         """A new ``scrapy crawl`` of a crawl that finished starts afresh, as a Scrapy
         crawl does (LEASED_RESUME unset, the default): its frontier state is deleted as
         by LEASED_FLUSH_ON_START. A crawl with work left (queued, leased, in the feed,
         revisits waiting), paused or stopping is continued, and a run that is on is
-        joined. The first WARNING says which, and how to get the other."""
+        joined (True). The first WARNING says which, and how to get the other."""
         assert self.run is not None
         crawl = self.run.keys.crawl_id
         out = await self.run.fresh_run(self.config.upsert.prefix, only_if_finished=True)
@@ -433,6 +449,7 @@ class LeasedScheduler(BaseScheduler):
                     "closing (killed?); its requests left are crawled. To start it "
                     "afresh instead, once no worker is alive: `scrapy leased reset "
                     "%(crawl)s --yes`.", {"crawl": crawl})
+            return True
         else:
             left = ", ".join(f"{v} {k}" for k, v in out.left.items()
                              if k != "control" and v) or f"state {out.left['control']}"
@@ -440,6 +457,7 @@ class LeasedScheduler(BaseScheduler):
                 "Crawl %(crawl)s has work left from an earlier run (%(left)s): continuing "
                 "it. To start it afresh instead: LEASED_FLUSH_ON_START = True (or "
                 "`scrapy leased reset %(crawl)s --yes`).", {"crawl": crawl, "left": left})
+        return False
 
     async def _say_resumed(self) -> None:
         """LEASED_RESUME, this worker starting a new run: say so when the crawl ran

@@ -206,6 +206,49 @@ def test_run_leave_keeps_a_seeded_run_joinable_for_the_grace(redis_server, crawl
     asyncio.run(main())
 
 
+def test_a_run_that_ends_between_a_workers_check_and_its_join(redis_server, crawl_id):
+    """Without a grace: worker b finds a's run on (no fresh start), then a, the last
+    worker, closes and the run ends before b joins; b begins a new run (SEED), and its
+    second fresh-start check (the scheduler's, after a SEED where a run was on) may now
+    start the finished crawl afresh: run_flush.lua takes a marker naming its caller for
+    no run on. Another live worker still keeps it from flushing."""
+    import asyncio
+
+    from scrapy_leased.connection import make_client
+    from scrapy_leased.frontier.run import SEED, RunMarker
+
+    r = redis_server.client()
+    keys = CrawlKeys(crawl_id)
+
+    async def main() -> None:
+        client = make_client(redis_server.url)
+        try:
+            def marker(worker: str) -> RunMarker:
+                return RunMarker(client, keys, worker, 30_000, 30_000, 0)
+
+            a, b = marker("a"), marker("b")
+            assert await a.join() == SEED and await a.seeded()
+            r.hset(keys.stats, "done", 5)
+            on = await b.fresh_run("records", only_if_finished=True)
+            assert on.deleted is None and on.alive == ["a"]
+            assert await a.leave() and not r.exists(keys.run)
+            assert await b.join() == SEED  # a new run; b is its seeder
+            c = marker("c")
+            now_s, now_us = r.time()
+            r.zadd(keys.workers, {"c": now_s * 1000 + now_us // 1000})  # c alive
+            held = await b.fresh_run("records", only_if_finished=True)
+            assert held.deleted is None and held.alive == ["c"]
+            r.zrem(keys.workers, "c")
+            fresh = await b.fresh_run("records", only_if_finished=True)
+            assert fresh.deleted is not None and fresh.done_before == 5
+            assert r.get(keys.run) == b"b" and not r.hget(keys.stats, "done")
+            assert await c.join() != SEED  # b seeds the fresh run
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_worker_starting_within_the_grace_joins_the_run_that_ended(
         redis_server, make_site, start_worker, crawl_id):
     """LEASED_RUN_GRACE = 60: a second worker started after the first one finished (no
