@@ -50,6 +50,7 @@ from ._claimbook import Claim, ClaimBook
 from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota, slot_room_in
 from ._command import exit_if_command_line
 from ._compat import asyncio_loop_in_use, slot_clock
+from ._embedded_watchdog import EmbeddedRedisError
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from ._redis.connection import LeasedRedisError, redact
 from ._supervise import BUG_REASON, PartFailed, close_crawl, supervise
@@ -81,7 +82,7 @@ from .frontier import (
     NewRequest,
     Revisit,
 )
-from .frontier.run import SEED, SEEDED, RunMarker
+from .frontier.run import ENDED_MARKER, SEED, SEEDED, RunMarker
 from .frontier.scripts import WrongKeyType
 from .frontier.workerid import enter, new_worker_id
 from .frontier.writer import LINGER_SECONDS, Batch, CommitWriter
@@ -220,7 +221,7 @@ class LeasedScheduler(BaseScheduler):
         self.spider = spider
         try:
             client, url = await connect_crawl(self.config)
-        except LeasedRedisError as exc:
+        except (LeasedRedisError, EmbeddedRedisError) as exc:
             exit_if_command_line(exc)
             logger.error("%(error)s", {"error": exc})
             raise
@@ -249,18 +250,12 @@ class LeasedScheduler(BaseScheduler):
         worker_ttl_ms = int(self.config.worker_ttl * 1000)
         self.run = RunMarker(client, keys, self.worker_id,
                              max(worker_ttl_ms, 3 * int(self.config.renew_interval * 1000)),
-                             worker_ttl_ms)
+                             worker_ttl_ms, int(self.config.run_grace * 1000))
         # a feed key a producer wrote with the wrong command, a control key written by
         # hand: moved aside before a fresh run reads them (lua/run_flush.lua refuses them)
         await self.feed.set_aside()
         await self._control_aside()
-        if self.config.flush_on_start:
-            # first: a fresh run also ends a stop a LEASED_CLOSE_* limit set (run_flush.lua)
-            await self._flush_on_start()
-            await self.frontier.check_layout(self.config.seen_bucket_bits,
-                                             self.config.seen_ttl_ms)
-        elif not self.config.resume:
-            await self._afresh_if_finished()
+        run_on = await self._fresh_start()
         if not self._joined:  # a flush registered this worker, its id checked in one step
             await self._enter()
         await self._claim_exports(spider)
@@ -278,6 +273,12 @@ class LeasedScheduler(BaseScheduler):
             if not self._joined:
                 self.seeds = await self.run.join() == SEED
                 self._joined = True
+                if self.seeds and run_on:
+                    # the run found on ended before this worker joined it (its last worker
+                    # closed in between): this worker begins a new run, which starts afresh
+                    # as it would have a moment later, rather than sending its start
+                    # requests again into a finished crawl's seen set
+                    await self._fresh_start()
                 if self.seeds and self.config.resume:
                     await self._say_resumed()
         # in the registry with its host and pid before its first claim (status, reset);
@@ -362,32 +363,54 @@ class LeasedScheduler(BaseScheduler):
         if feed_exporter(self.crawler) is not None:
             self.writer.before_acks = ExportFiles.for_crawler(self.crawler).make_durable
 
-    async def _flush_on_start(self) -> None:
+    async def _fresh_start(self) -> bool:
+        """Whether a new run starts afresh: LEASED_FLUSH_ON_START (then the layout checked
+        again), else unless LEASED_RESUME a crawl that finished. True when a run of the
+        crawl was on (joined, nothing flushed)."""
+        assert self.frontier is not None
+        if self.config.flush_on_start:
+            # first: a fresh run also ends a stop a LEASED_CLOSE_* limit set (run_flush.lua)
+            run_on = await self._flush_on_start()
+            await self.frontier.check_layout(self.config.seen_bucket_bits,
+                                             self.config.seen_ttl_ms)
+            return run_on
+        if not self.config.resume:
+            return await self._afresh_if_finished()
+        return False
+
+    async def _flush_on_start(self) -> bool:
         """LEASED_FLUSH_ON_START: begin a fresh run of the crawl (its frontier state
         deleted, UpsertPipeline's records kept) when no run of it is on; else join the
-        run on, flushing nothing."""
+        run on, flushing nothing (True)."""
         assert self.run is not None
         crawl = self.run.keys.crawl_id
         deleted, alive = await self.run.flush(self.config.upsert.prefix)
+        if deleted is None and alive == [ENDED_MARKER]:
+            logger.warning("LEASED_FLUSH_ON_START: not flushing crawl %(crawl)s: its run "
+                           "ended less than LEASED_RUN_GRACE (%(grace)gs) ago; joining that "
+                           "run instead (start() not run again)",
+                           {"crawl": crawl, "grace": self.config.run_grace})
+            return True
         if deleted is None:
             logger.warning("LEASED_FLUSH_ON_START: not flushing crawl %(crawl)s: a run of it "
                            "is on (%(alive)s); joining that run instead (a crawl is flushed "
                            "only when no worker of it is alive)",
                            {"crawl": crawl, "alive": ", ".join(alive)})
-            return
+            return True
         self.seeds = True
         self._joined = True
         self.stats.inc_value("leased/flushed_keys", deleted)
         logger.info("LEASED_FLUSH_ON_START: flushed crawl %(crawl)s (%(n)d keys: queue, seen "
                     "set, done, dead letters, counters; the feed and UpsertPipeline's records "
                     "kept): this worker starts a fresh run", {"crawl": crawl, "n": deleted})
+        return False
 
-    async def _afresh_if_finished(self) -> None:
+    async def _afresh_if_finished(self) -> bool:
         """A new ``scrapy crawl`` of a crawl that finished starts afresh, as a Scrapy
         crawl does (LEASED_RESUME unset, the default): its frontier state is deleted as
         by LEASED_FLUSH_ON_START. A crawl with work left (queued, leased, in the feed,
         revisits waiting), paused or stopping is continued, and a run that is on is
-        joined. The first WARNING says which, and how to get the other."""
+        joined (True). The first WARNING says which, and how to get the other."""
         assert self.run is not None
         crawl = self.run.keys.crawl_id
         out = await self.run.fresh_run(self.config.upsert.prefix, only_if_finished=True)
@@ -406,12 +429,18 @@ class LeasedScheduler(BaseScheduler):
             await self.frontier.check_layout(self.config.seen_bucket_bits,
                                              self.config.seen_ttl_ms)
         elif not out.left:  # a run is on: joined, as any worker of a fleet
-            if all(a.startswith("run marker") for a in out.alive):  # but no worker alive
+            if out.alive == [ENDED_MARKER]:  # it ended within LEASED_RUN_GRACE
+                logger.info(
+                    "Crawl %(crawl)s: joining its run that ended less than LEASED_RUN_GRACE "
+                    "(%(grace)gs) ago: start() is not run again, what is left is crawled",
+                    {"crawl": crawl, "grace": self.config.run_grace})
+            elif all(a.startswith("run marker") for a in out.alive):  # but no worker alive
                 logger.warning(
                     "Crawl %(crawl)s: continuing the run of workers that ended without "
                     "closing (killed?); its requests left are crawled. To start it "
                     "afresh instead, once no worker is alive: `scrapy leased reset "
                     "%(crawl)s --yes`.", {"crawl": crawl})
+            return True
         else:
             left = ", ".join(f"{v} {k}" for k, v in out.left.items()
                              if k != "control" and v) or f"state {out.left['control']}"
@@ -419,6 +448,7 @@ class LeasedScheduler(BaseScheduler):
                 "Crawl %(crawl)s has work left from an earlier run (%(left)s): continuing "
                 "it. To start it afresh instead: LEASED_FLUSH_ON_START = True (or "
                 "`scrapy leased reset %(crawl)s --yes`).", {"crawl": crawl, "left": left})
+        return False
 
     async def _say_resumed(self) -> None:
         """LEASED_RESUME, this worker starting a new run: say so when the crawl ran
@@ -484,8 +514,14 @@ class LeasedScheduler(BaseScheduler):
         try:
             released = await self.frontier.release(self.worker_id, tokens)
             if self.run is not None and self._joined and await self.run.leave():
-                logger.info("Last worker of this run of the crawl: the run ended (the next "
-                            "worker to start runs start() again)")
+                if self.config.run_grace:
+                    logger.info("Last worker of this run of the crawl: the run ended; a "
+                                "worker starting within LEASED_RUN_GRACE (%(grace)gs) joins "
+                                "it without running start()",
+                                {"grace": self.config.run_grace})
+                else:
+                    logger.info("Last worker of this run of the crawl: the run ended (the "
+                                "next worker to start runs start() again)")
         except (RedisError, OSError) as exc:
             logger.error("Could not release %(n)d claims (%(exc)s); they return to the queue "
                          "when their leases expire", {"n": len(tokens), "exc": exc})
