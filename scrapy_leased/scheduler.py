@@ -50,9 +50,9 @@ from ._claimbook import Claim, ClaimBook
 from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota, slot_room_in
 from ._command import exit_if_command_line
 from ._compat import asyncio_loop_in_use, slot_clock
-from ._embedded_watchdog import EmbeddedRedisError
 from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
 from ._redis.connection import LeasedRedisError, redact
+from ._redis.watchdog import EmbeddedRedisError
 from ._supervise import BUG_REASON, PartFailed, close_crawl, supervise
 from ._throttleshare import ThrottleShare, autothrottle
 from .bootstrap import connect_crawl
