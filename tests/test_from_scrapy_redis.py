@@ -296,3 +296,43 @@ def test_seed_takes_scrapy_redis_entries(project: Path, redis_srv: RedisServer) 
             entry)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "1 queued" in r.stdout
+
+
+@pytest.mark.parametrize("seen_ttl", [0, 3600])
+def test_mark_seen(redis_srv: RedisServer, seen_ttl: int) -> None:
+    """``--seen-urls`` marks fingerprints seen without queueing (lua/mark_seen.lua), as a
+    worker's new request would be recorded: with LEASED_SEEN_TTL too (generations)."""
+    import asyncio
+
+    from scrapy import Request
+    from scrapy.settings import Settings
+
+    from scrapy_leased.config import LeasedConfig
+    from scrapy_leased.connection import make_client
+    from scrapy_leased.feed.packer import RequestPacker
+    from scrapy_leased.fleet import FleetAdmin
+    from scrapy_leased.frontier import CrawlKeys
+
+    settings = Settings({"LEASED_REDIS_URL": redis_srv.url, "LEASED_SEEN_TTL": seen_ttl})
+    config = LeasedConfig.from_settings(settings)
+    packer = RequestPacker.from_settings(settings, config)
+    old, new = (packer.pack(Request(f"https://example.com/{p}")) for p in ("old", "new"))
+
+    async def go() -> tuple[list[bool], list[bool], list[bool], int]:
+        client = make_client(redis_srv.url)
+        try:
+            admin = FleetAdmin(client, CrawlKeys(f"marks{seen_ttl}"))
+            assert old.bucket is not None
+            first = await admin.mark_seen([(old.bucket, old.member)], config.seen_bucket_bits,
+                                          config.seen_ttl_ms)
+            again = await admin.mark_seen([(old.bucket, old.member)],
+                                          config.seen_bucket_bits, config.seen_ttl_ms)
+            queued = await admin.seed([old, new], config.seen_bucket_bits, config.seen_ttl_ms)
+            snap = await admin.snapshot(memory=False)
+            return first, again, queued, snap.todo
+        finally:
+            await client.aclose()
+
+    first, again, queued, todo = asyncio.run(go())
+    assert (first, again, queued, todo) == ([True], [False], [False, True], 1)
+    assert redis_srv.client().hget(f"leased:{{marks{seen_ttl}}}:stats", "marked_seen") == b"1"

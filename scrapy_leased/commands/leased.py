@@ -2,15 +2,14 @@
 
     scrapy leased status [CRAWL] [--watch [--interval S]] [--json] [--sample S]
     scrapy leased dead   [CRAWL] [--limit N] [--json] [--requeue [URL ...] | --purge [URL ...]]
-    scrapy leased seed   [CRAWL] URL ... | -f FILE | -
+    scrapy leased seed   [CRAWL] [--scrapy-redis] URL ... | -f FILE | -
     scrapy leased forget [CRAWL] URL ... | -f FILE | -
     scrapy leased reset  [CRAWL] --yes [--records]
     scrapy leased pause | resume | stop [CRAWL]
     scrapy leased metrics   [CRAWL | --all-crawls] [--bind HOST] [--port N]
     scrapy leased dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]
     scrapy leased embedded status | stop
-    scrapy leased from-scrapy-redis SPIDER [--pickle] [--seen-urls FILE] [--queue-key K]
-                  [--dupefilter-key K] [--start-urls-key K]
+    scrapy leased from-scrapy-redis SPIDER [--pickle] [--seen-urls FILE] [--queue-key K] [--dupefilter-key K] [--start-urls-key K]
 
 CRAWL defaults to the project's LEASED_CRAWL_ID, else to the name of the project's
 only spider. Redis: ``--redis-url``, else the project's LEASED_REDIS_URL, else the
@@ -94,7 +93,7 @@ class Command(ScrapyCommand):
                 "[CRAWL] [options]\n\n"
                 "  status [CRAWL] [--json] [--sample SECONDS] [--watch [--interval SECONDS]]\n"
                 "  dead   [CRAWL] [--limit N] [--json] [--requeue [URL ...] | --purge [URL ...]]\n"
-                "  seed   [CRAWL] URL ... | -f FILE | -\n"
+                "  seed   [CRAWL] [--scrapy-redis] URL ... | -f FILE | -\n"
                 "  forget [CRAWL] URL ... | -f FILE | -\n"
                 "  reset  [CRAWL] --yes [--records]\n"
                 "  pause | resume | stop [CRAWL]\n"
@@ -155,14 +154,14 @@ class Command(ScrapyCommand):
         g.add_argument("--allow-writes", action="store_true",
                        help="[dashboard] offer requeue and purge of dead letters")
         g.add_argument("--scrapy-redis", action="store_true",
-                       help="[seed] read the lines as RedisSpider start entries (scrapy-redis's "
-                            "JSON: url, method, meta, other keys form fields)")
+                       help="[seed] read the lines as RedisSpider start entries, in scrapy-redis's "
+                            "JSON (url, method, meta, every other key a form field)")
         g.add_argument("--pickle", action="store_true",
-                       help=f"[{FROM_SR}] read a pickled scrapy-redis queue (scrapy-redis's "
-                            "default serializer): unpickling runs code, only for a trusted "
-                            "Redis")
+                       help=f"[{FROM_SR}] read a pickled scrapy-redis queue, scrapy-redis's "
+                            "default serializer; unpickling runs code, so only for a "
+                            "trusted Redis")
         g.add_argument("--seen-urls", metavar="FILE", default=None,
-                       help=f"[{FROM_SR}] mark these URLs (one a line; '-' = stdin) seen: "
+                       help=f"[{FROM_SR}] mark these URLs (one a line; '-' = stdin) seen, the "
                             "pages the scrapy-redis crawl fetched already")
         g.add_argument("--queue-key", metavar="KEY", default=None,
                        help=f"[{FROM_SR}] the scrapy-redis queue (default "
@@ -184,6 +183,9 @@ class Command(ScrapyCommand):
             self.exitcode = _embedded(rest, opts, self.settings)
             return
         _check_options(sub, rest, opts)
+        if sub == FROM_SR and len(rest) != 1:
+            raise UsageError(f"'{sub}' takes one SPIDER (the scrapy-redis spider's name), "
+                             f"got {' '.join(rest) or 'none'}")
         try:
             self.exitcode = asyncio.run(_main(sub, rest, opts, self.settings))
         except (CommandError, LeasedConfigError) as exc:  # a bad setting: its name, no trace
@@ -227,9 +229,6 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
         raise UsageError(f"{', '.join(bad)} cannot be used with '{sub}'")
     if opts.requeue is not None and opts.purge is not None:
         raise UsageError("use --requeue or --purge, not both")
-    if sub == FROM_SR and len(rest) != 1:
-        raise UsageError(f"'{sub}' takes one SPIDER (the scrapy-redis spider's name), got "
-                         f"{' '.join(rest) or 'none'}")
     if sub not in URL_SUBCOMMANDS and len(rest) > 1:
         raise UsageError(f"'{sub}' takes at most one CRAWL, got {' '.join(rest)}")
     if ((opts.interval is not None and opts.interval <= 0)
