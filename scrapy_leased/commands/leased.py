@@ -18,7 +18,7 @@ starts it, like a worker would). Errors are one line on stderr, exit status 1.
 
 Synchronous code, not on a reactor: each subcommand is one ``asyncio.run`` over
 ``FleetAdmin`` (the same code the workers use); waiting with sleep is fine here.
-"""
+"""  # noqa: E501 (a usage line: one line each, tests/test_cli_help.py)
 
 from __future__ import annotations
 
