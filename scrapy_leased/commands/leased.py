@@ -868,7 +868,7 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
         print("Warning: --pickle: each queue entry is unpickled, and unpickling runs "
               "whatever code the entry names: do this only with a Redis whose writers you "
               "trust", file=sys.stderr)
-    url, where = _redis_url(opts, config, start_embedded=True)
+    url, where = _redis_url(opts, config, start_embedded=False)
     client = make_client(url)
     try:
         try:
