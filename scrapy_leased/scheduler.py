@@ -269,7 +269,8 @@ class LeasedScheduler(BaseScheduler):
         packer = RequestPacker(self.crawler.request_fingerprinter, self.config.seen_bucket_bits,
                                self.codec, self.budgets)
         self.feed = FeedDrainer(self.frontier, packer, spider, self.stats,
-                                closing=lambda: self._closing)
+                                closing=lambda: self._closing,
+                                entry_format=self.config.feed_format)
         self._install_engine_hooks()
         worker_ttl_ms = int(self.config.worker_ttl * 1000)
         self.run = RunMarker(client, keys, self.worker_id,

@@ -336,3 +336,31 @@ def test_mark_seen(redis_srv: RedisServer, seen_ttl: int) -> None:
     first, again, queued, todo = asyncio.run(go())
     assert (first, again, queued, todo) == ([True], [False], [False, True], 1)
     assert redis_srv.client().hget(f"leased:{{marks{seen_ttl}}}:stats", "marked_seen") == b"1"
+
+
+def test_feed_in_scrapy_redis_format(project: Path, redis_srv: RedisServer, make_site) -> None:
+    """LEASED_FEED_FORMAT = "scrapy-redis": a producer written for RedisSpider's start
+    URLs pushes the same entries to the crawl's feed; the worker sends their form fields
+    as FormRequest does (a GET's in the query, a POST's as an urlencoded body), and an
+    entry the format refuses is a dead letter."""
+    site = make_site(pages=5)
+    feed = f"leased:{{{SPIDER}}}:feed"
+    client = redis_srv.client()
+    client.rpush(feed, f"{site.url}/p/1",
+                 json.dumps({"url": f"{site.url}/p/2", "q": "shoes", "meta": {"job": "7"}}),
+                 json.dumps({"url": f"{site.url}/p/3", "method": "POST", "user": "a b"}),
+                 json.dumps({"url": f"{site.url}/p/4", "n": 3}))
+    r = run(project, redis_srv.url, "leased", "crawl", SPIDER,
+            "-s", "LEASED_FEED_FORMAT=scrapy-redis")
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {(e["method"], e["path"], e.get("body")) for e in site.entries()}
+    assert {("GET", "/p/1", None), ("GET", "/p/2?q=shoes", None),
+            ("POST", "/p/3", "user=a+b")} <= got, got
+    assert not any(path.startswith("/p/4") for _, path, _ in got)
+    r = run(project, redis_srv.url, "leased", "leased", "dead", SPIDER)
+    assert r.returncode == 0 and "form field 'n'" in r.stdout, (r.stdout, r.stderr)
+
+    r = run(project, redis_srv.url, "leased", "crawl", SPIDER,
+            "-s", "LEASED_FEED_FORMAT=redis")
+    assert r.returncode == 1 and "LEASED_FEED_FORMAT ('redis') must be one of" in r.stderr, \
+        r.stderr[-3000:]
