@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from scrapy.settings import Settings
 from scrapy.utils.request import request_from_dict
 
 from .feed.crawl import to_feed_request
-from .feed.format import FeedEntryError, parse_scrapy_redis_entry
+from .feed.format import parse_scrapy_redis_entry
 from .feed.packer import RequestPacker
 from .frontier import NewRequest
 from .meta import shown
@@ -182,73 +182,96 @@ def decode_queue_entry(raw: bytes, loads: Callable[[bytes], Any],
 # -- moving ----------------------------------------------------------------------------
 
 
-@dataclass
-class Moved:
-    role: str
-    key: str
-    entries: int = 0
-    queued: int = 0  # new in the crawl (the others: seen already)
-
-
 def _member(item: Any) -> bytes:
     return item if isinstance(item, bytes) else str(item).encode()
 
 
-async def read_source(client: Any, key: str) -> tuple[str, list[bytes]]:
-    """The entries of a queue or start URLs key, in the order scrapy-redis takes them
-    (a ZSET: lowest score, the highest priority, first)."""
+async def source_type(client: Any, key: str) -> str:
+    """The Redis type of a queue or start URLs key ("none" when absent); MigrationError
+    for a type scrapy-redis does not use there."""
     kind = await client.type(key)
     kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-    if kind == "none":
-        return kind, []
-    if kind == "zset":
-        return kind, [_member(m) for m in await client.zrange(key, 0, -1)]
-    if kind == "list":
-        return kind, [_member(m) for m in await client.lrange(key, 0, -1)]
+    if kind not in ("none", "zset", "list", "set"):
+        raise MigrationError(f"{key} is a Redis {kind}, not a scrapy-redis queue (a zset or "
+                             f"a list) or start URLs (a list, set or zset)")
+    return kind
+
+
+async def every_entry(client: Any, key: str, kind: str) -> AsyncIterator[list[bytes]]:
+    """Every entry of the key, ``MOVE_BATCH`` at a time, without changing it (the check
+    before anything is moved)."""
     if kind == "set":
-        return kind, [_member(m) for m in await client.smembers(key)]
-    raise MigrationError(f"{key} is a Redis {kind}, not a scrapy-redis queue (a zset or a "
-                         f"list) or start URLs (a list, set or zset)")
+        cursor: Any = 0
+        while True:
+            cursor, part = await client.sscan(key, cursor, count=MOVE_BATCH)
+            if part:
+                yield [_member(m) for m in part]
+            if int(cursor) == 0:
+                return
+    read = client.zrange if kind == "zset" else client.lrange
+    i = 0
+    while True:
+        part = await read(key, i, i + MOVE_BATCH - 1)
+        if not part:
+            return
+        yield [_member(m) for m in part]
+        i += MOVE_BATCH
 
 
-async def remove_source(client: Any, key: str, kind: str, members: Sequence[bytes]) -> None:
-    """Remove these entries (moved into the crawl) from the source key, one each."""
-    if not members:
-        return
+async def next_entries(client: Any, key: str, kind: str) -> list[bytes]:
+    """The next ``MOVE_BATCH`` entries to move, in the order scrapy-redis takes them: a
+    ZSET's lowest scores (the highest priorities) first, a LIST's tail first (the order
+    FifoQueue pops, LPUSH then RPOP), a SET's in any order."""
     if kind == "zset":
-        await client.zrem(key, *members)
+        part = await client.zrange(key, 0, MOVE_BATCH - 1)
+    elif kind == "list":
+        part = list(reversed(await client.lrange(key, -MOVE_BATCH, -1)))
     elif kind == "set":
-        await client.srem(key, *members)
+        part = await client.srandmember(key, MOVE_BATCH)
     else:
-        async with client.pipeline(transaction=False) as p:
-            for m in members:
-                p.lrem(key, 1, m)
-            await p.execute()
+        part = []
+    return [_member(m) for m in part or ()]
+
+
+async def remove_source(client: Any, key: str, kind: str, members: Sequence[bytes]) -> int:
+    """Remove these entries (the crawl has them) from the source key, one each; how many
+    were removed."""
+    if not members:
+        return 0
+    if kind == "zset":
+        return int(await client.zrem(key, *members))
+    if kind == "set":
+        return int(await client.srem(key, *members))
+    async with client.pipeline(transaction=False) as p:
+        for m in members:
+            p.lrem(key, -1, m)  # from the tail, where next_entries read it
+        return sum(int(n) for n in await p.execute())
 
 
 def pack_queue(entries: Sequence[bytes], loads: Callable[[bytes], Any],
                spidercls: type[Spider], packer: RequestPacker, key: str) -> list[NewRequest]:
     out = []
-    for i, raw in enumerate(entries):
+    for raw in entries:
         try:
             request = decode_queue_entry(raw, loads, spidercls)
-            fed = to_feed_request(request, i)
+            fed = to_feed_request(request)
             out.append(packer.pack(fed.request, fed.names))
-        except MigrationError:
-            raise
         except Exception as exc:  # an unreadable entry: named, nothing of it moved
-            raise MigrationError(f"{key}: entry {i} cannot be read: {type(exc).__name__}: "
-                                 f"{exc}") from None
+            why = str(exc) if isinstance(exc, MigrationError) else \
+                f"{type(exc).__name__}: {exc}"
+            raise MigrationError(f"{key}: entry {shown(raw, 200)} cannot be read: "
+                                 f"{why}") from None
     return out
 
 
 def pack_start_urls(entries: Sequence[bytes], packer: RequestPacker,
                     key: str) -> list[NewRequest]:
     out = []
-    for i, raw in enumerate(entries):
+    for raw in entries:
         try:
             fed = parse_scrapy_redis_entry(raw)
             out.append(packer.pack(fed.request, fed.names))
-        except (FeedEntryError, ValueError) as exc:
-            raise MigrationError(f"{key}: entry {i} cannot be read: {exc}") from None
+        except Exception as exc:
+            raise MigrationError(f"{key}: entry {shown(raw, 200)} cannot be read: "
+                                 f"{exc}") from None
     return out

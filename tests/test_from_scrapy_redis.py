@@ -364,3 +364,39 @@ def test_feed_in_scrapy_redis_format(project: Path, redis_srv: RedisServer, make
             "-s", "LEASED_FEED_FORMAT=redis")
     assert r.returncode == 1 and "LEASED_FEED_FORMAT ('redis') must be one of" in r.stderr, \
         r.stderr[-3000:]
+
+
+def test_a_big_fifo_queue_and_an_unreadable_entry(project: Path,
+                                                  redis_srv: RedisServer) -> None:
+    """A FifoQueue (a LIST) of more entries than one batch moves whole; an entry that
+    cannot be read (a callback the spider has not) stops the command before anything is
+    written, naming it."""
+    from scrapy import Request
+
+    class PagesSpider:  # what request_to_dict needs: the callback found on the spider
+        name = SPIDER
+
+        def parse_page(self, response: Any) -> None:
+            pass
+
+    spider = PagesSpider()
+    client = redis_srv.client()
+    key = f"{SPIDER}:requests"
+    entries = [pickle.dumps(  # as scrapy-redis's queue encodes a request
+        Request(f"http://127.0.0.1:9/p/{i}", callback=spider.parse_page, priority=i % 3)
+        .to_dict(spider=spider)) for i in range(1200)]
+    client.lpush(key, *entries)  # as FifoQueue.push does
+    bad = Request("http://127.0.0.1:9/bad").to_dict()
+    bad["callback"] = "no_such_method"
+    client.lpush(key, pickle.dumps(bad))
+    r = run(project, redis_srv.url, "leased", "leased", "from-scrapy-redis", SPIDER, "--pickle")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "no_such_method" in r.stderr and "nothing done" in r.stderr, r.stderr
+    assert client.llen(key) == 1201 and not client.keys("leased:*")
+
+    client.lrem(key, 1, pickle.dumps(bad))
+    r = run(project, redis_srv.url, "leased", "leased", "from-scrapy-redis", SPIDER, "--pickle")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "moved 1,200 queued requests" in r.stdout and "(1,200 queued" in r.stdout, r.stdout
+    assert not client.exists(key)
+    assert int(client.get(f"leased:{{{SPIDER}}}:todo")) == 1200

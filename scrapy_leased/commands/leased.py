@@ -883,17 +883,27 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
                 f"key {source.queue}, {source.start_urls} or {source.dupefilter} (other "
                 f"names: --queue-key, --start-urls-key, --dupefilter-key)")
         packer = RequestPacker.from_settings(settings, config)
-        queue_kind, queue = await fsr.read_source(client, source.queue)
-        start_kind, starts = await fsr.read_source(client, source.start_urls)
-        try:  # every entry read before anything is written
-            loads = fsr.serializer_of(settings, opts.pickle) if queue else None
-            queued = fsr.pack_queue(queue, loads, spidercls, packer, source.queue) \
-                if loads is not None else []
-            started = fsr.pack_start_urls(starts, packer, source.start_urls)
-        except fsr.MigrationError as exc:
-            raise CommandError(f"{exc}; nothing done") from None
         admin = FleetAdmin(client, CrawlKeys(crawl), lease_ms=config.lease_ms,
                            max_attempts=config.max_attempts)
+        try:
+            sources = [(source.queue, await fsr.source_type(client, source.queue)),
+                       (source.start_urls, await fsr.source_type(client, source.start_urls))]
+            loads: Any = None
+            if sources[0][1] != "none":
+                loads = fsr.serializer_of(settings, opts.pickle)
+
+            def pack(key: str, raw: list[bytes]) -> list[NewRequest]:
+                if key == source.queue:
+                    return fsr.pack_queue(raw, loads, spidercls, packer, key)
+                return fsr.pack_start_urls(raw, packer, key)
+
+            # every entry read and checked before anything is written, a batch at a time
+            for key, kind in sources:
+                if kind != "none":
+                    async for part in fsr.every_entry(client, key, kind):
+                        pack(key, part)
+        except fsr.MigrationError as exc:
+            raise CommandError(f"{exc}; nothing done") from None
         try:
             if seen:
                 added = await admin.mark_seen(
@@ -901,21 +911,30 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
                     config.seen_bucket_bits, config.seen_ttl_ms)
                 print(f"crawl {crawl!r}: marked {_n(len(seen_lines), 'URL')} seen "
                       f"({sum(added):,} new, {len(added) - sum(added):,} seen already)")
-            for key, kind, raw, packed, what in (
-                    (source.queue, queue_kind, queue, queued, "queued request"),
-                    (source.start_urls, start_kind, starts, started, "start URL")):
-                if not raw:
-                    continue
-                new = 0
-                for i in range(0, len(raw), fsr.MOVE_BATCH):
+            for (key, kind), what in zip(sources, ("queued request", "start URL")):
+                moved = new = 0
+                while kind != "none":
+                    raw = await fsr.next_entries(client, key, kind)
+                    if not raw:
+                        break
+                    try:
+                        packed = pack(key, raw)
+                    except fsr.MigrationError as exc:  # written meanwhile: stop here
+                        raise CommandError(f"{exc}; {moved:,} moved before it, the rest "
+                                           f"left in {key}") from None
                     # the crawl has the batch before it leaves the source (a crash between
                     # the two: a re-run pushes this batch again, deduplicated but for its
                     # dont_filter requests)
-                    new += sum(await admin.seed(packed[i:i + fsr.MOVE_BATCH],
-                                                config.seen_bucket_bits, config.seen_ttl_ms))
-                    await fsr.remove_source(client, key, kind, raw[i:i + fsr.MOVE_BATCH])
-                print(f"crawl {crawl!r}: moved {_n(len(raw), what)} from {key} ({new:,} "
-                      f"queued, {len(raw) - new:,} seen already); removed from {key}")
+                    new += sum(await admin.seed(packed, config.seen_bucket_bits,
+                                                config.seen_ttl_ms))
+                    if not await fsr.remove_source(client, key, kind, raw):
+                        raise CommandError(f"{key}: the entries moved could not be removed "
+                                           f"from it (changed meanwhile? stop every "
+                                           f"scrapy-redis worker first); {moved:,} moved")
+                    moved += len(raw)
+                if moved:
+                    print(f"crawl {crawl!r}: moved {_n(moved, what)} from {key} ({new:,} "
+                          f"queued, {moved - new:,} seen already); removed from {key}")
         except ValueError as exc:  # a seen-set layout the crawl was started with another
             raise CommandError(str(exc)) from None
         df = found.get("dupefilter")
@@ -924,7 +943,7 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
                   f"each request, not Scrapy's fingerprints, so it cannot be carried over "
                   f"(--seen-urls marks crawled URLs seen instead); delete it once done "
                   f"(redis-cli DEL {df.key})")
-        if not queue and not starts:
+        if all(kind == "none" for _, kind in sources):
             print(f"nothing pending in {source.queue} or {source.start_urls}")
         return 0
     finally:
