@@ -269,6 +269,9 @@ class LeasedConfig:
     #: LEASED_EMBEDDED_DIR as set: resolved (``embedded_dir``) only when the embedded Redis
     #: is used, so that a worker with LEASED_REDIS_URL never touches the project's .scrapy/
     embedded_dir_setting: str
+    #: LEASED_FEED_FORMAT: how workers read the feed's entries: "leased" (feed/format.py
+    #: parse_entry) or "scrapy-redis" (RedisSpider's start entries, parse_scrapy_redis_entry)
+    feed_format: str
     embedded_server: str | None
     connect_timeout: float
     logstats_interval: float
@@ -343,6 +346,7 @@ class LeasedConfig:
             shared_cookies=bool_setting(settings, "LEASED_SHARED_COOKIES", True),
             shared_autothrottle=bool_setting(settings, "LEASED_SHARED_AUTOTHROTTLE", True),
             embedded_dir_setting=str(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR),
+            feed_format=_feed_format(settings),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
             connect_timeout=number_setting(settings, "LEASED_CONNECT_TIMEOUT",
                                            CONNECT_TIMEOUT_SECONDS, minimum=0, exclusive=False),
@@ -391,3 +395,14 @@ def _seen_bits(settings: BaseSettings) -> int:
         raw = settings.get("LEASED_SEEN_BUCKET_BITS")
         raise LeasedConfigError(f"LEASED_SEEN_BUCKET_BITS ({raw!r}) must be at most 16.")
     return bits
+
+
+FEED_FORMATS = ("leased", "scrapy-redis")
+
+
+def _feed_format(settings: BaseSettings) -> str:
+    value = settings.get("LEASED_FEED_FORMAT") or "leased"
+    if value not in FEED_FORMATS:
+        raise LeasedConfigError(f"LEASED_FEED_FORMAT ({value!r}) must be one of "
+                                f"{', '.join(map(repr, FEED_FORMATS))}")
+    return str(value)

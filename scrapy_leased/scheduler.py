@@ -208,6 +208,21 @@ class LeasedScheduler(BaseScheduler):
 
     # -- lifecycle -------------------------------------------------------------------
 
+    async def _scrapy_redis_hint(self, client: Any, keys: CrawlKeys, spider: Spider) -> None:
+        """A WARNING when the spider has scrapy-redis state in this Redis (a queue, start
+        URLs, a dupefilter: fromscrapyredis.py), which this crawl does not read."""
+        from . import fromscrapyredis
+
+        try:
+            found = await fromscrapyredis.find(
+                client, fromscrapyredis.SourceKeys.of(spider.name, self.crawler.settings))
+            exists = bool(found) and bool(await client.exists(keys.meta, keys.stats))
+        except (RedisError, OSError):  # only a hint: the crawl goes on without it
+            return
+        message = fromscrapyredis.warning(found, spider.name, exists)
+        if message:
+            logger.warning("%(message)s", {"message": message})
+
     def open(self, spider: Spider) -> Deferred[None]:
         return deferred_from_coro(self._open(spider))
 
@@ -234,6 +249,7 @@ class LeasedScheduler(BaseScheduler):
                                  limits=self.config.limits)
         self.frontier.on_epoch = self._on_epoch
         self.frontier.on_control = self._on_control
+        await self._scrapy_redis_hint(client, keys, spider)
         # the queues' layout once flushed, when flushing (a fresh run may start a crawl
         # whose queues an earlier version laid out)
         await self.frontier.check_layout(self.config.seen_bucket_bits, self.config.seen_ttl_ms,
@@ -245,7 +261,8 @@ class LeasedScheduler(BaseScheduler):
         packer = RequestPacker(self.crawler.request_fingerprinter, self.config.seen_bucket_bits,
                                self.codec, self.budgets)
         self.feed = FeedDrainer(self.frontier, packer, spider, self.stats,
-                                closing=lambda: self._closing)
+                                closing=lambda: self._closing,
+                                entry_format=self.config.feed_format)
         self._install_engine_hooks()
         worker_ttl_ms = int(self.config.worker_ttl * 1000)
         self.run = RunMarker(client, keys, self.worker_id,
