@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"_version", "_compat", "_cancel", "_supervise", "meta", "signals", "exceptions", "_redis"},
     {"frontier"},
     {"config", "bootstrap", "codec", "order", "runtime"},
-    {"ratelimit", "upsert", "feed", "fleet"},
+    {"ratelimit", "upsert", "feed", "fleet", "fromscrapyredis"},
     {"scheduler", "dupefilter", "middleware", "seeding", "cookies", "feedexports",
      "_claimbook", "_claimsize", "_leasekeeper", "_throttleshare", "observe", "logstats",
      "dropped", "fleetspidermon"},

@@ -20,12 +20,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from .._redis.scan import keys_with_prefix, scan_batches, server_info
 from ..frontier import CONTROL_STATES, Envelope, Frontier, NewRequest
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys, tier_code
-from ..frontier.machine import GEN_ATTEMPTS, HALF_LIFE_FIELD, SEEN_GEN_RE, SEEN_TTL_FIELD
+from ..frontier.machine import HALF_LIFE_FIELD, SEEN_TTL_FIELD
 from ..frontier.scripts import as_str, pairs, read_atomic, register
 from ..observe.flush import decode_fleet_stats
 from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
@@ -123,8 +121,7 @@ class FleetAdmin:
         self.half_life_ms = half_life_ms
         self.frontier = Frontier(client, keys, lease_ms=lease_ms, max_attempts=max_attempts,
                                  half_life_ms=half_life_ms)
-        self._s = register(client, "requeue_dead", "purge_dead", "read", "control", "forget",
-                           "mark_seen")
+        self._s = register(client, "requeue_dead", "purge_dead", "read", "control", "forget")
 
     # -- reading ---------------------------------------------------------------------
 
@@ -375,36 +372,6 @@ class FleetAdmin:
                     args += [extra(k.seen_bucket(bucket, g)), member]
             found = await self._s["forget"](keys=keys, args=args)
             out += [any(found[j:j + len(gens)]) for j in range(0, len(found), len(gens))]
-        return out
-
-    async def mark_seen(self, entries: Sequence[tuple[int, int]], seen_bucket_bits: int,
-                        seen_ttl_ms: int = 0) -> list[bool]:
-        """Add seen-set entries ((bucket, member) of a fingerprint, ``split_fingerprint``)
-        to the crawl's seen set without queueing anything, ``BATCH`` per atomic step
-        (lua/mark_seen.lua); True for each entry that was not there. A request with one
-        of these fingerprints is skipped when it is sent later (unless ``dont_filter``).
-        Records the seen-set layout for a new crawl; refuses a different one."""
-        await self.frontier.check_layout(seen_bucket_bits, seen_ttl_ms)
-        k = self.keys
-        out: list[bool] = []
-        for i in range(0, len(entries), BATCH):
-            for attempt in range(GEN_ATTEMPTS):
-                gen = await self.frontier.seen_generation()
-                keys = [k.stats]
-                extra = ExtraKeys(keys)
-                args: list[Any] = [seen_ttl_ms, gen or 0]
-                for bucket, member in entries[i:i + BATCH]:
-                    args += [extra.seen(k, bucket, gen), member]
-                try:
-                    added = await self._s["mark_seen"](keys=keys, args=args)
-                except ResponseError as exc:
-                    found = SEEN_GEN_RE.match(str(exc))
-                    if found is None or attempt == GEN_ATTEMPTS - 1:
-                        raise
-                    self.frontier.seen_gen = int(found.group(1))
-                    continue
-                out += [bool(int(a)) for a in added]
-                break
         return out
 
     async def crawl_keys(self) -> list[str]:
