@@ -307,10 +307,11 @@ def test_mark_seen(redis_srv: RedisServer, seen_ttl: int) -> None:
     from scrapy import Request
     from scrapy.settings import Settings
 
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.config import LeasedConfig
-    from scrapy_leased.connection import make_client
     from scrapy_leased.feed.packer import RequestPacker
     from scrapy_leased.fleet import FleetAdmin
+    from scrapy_leased.fleet.seen import mark_seen
     from scrapy_leased.frontier import CrawlKeys
 
     settings = Settings({"LEASED_REDIS_URL": redis_srv.url, "LEASED_SEEN_TTL": seen_ttl})
@@ -323,10 +324,10 @@ def test_mark_seen(redis_srv: RedisServer, seen_ttl: int) -> None:
         try:
             admin = FleetAdmin(client, CrawlKeys(f"marks{seen_ttl}"))
             assert old.bucket is not None
-            first = await admin.mark_seen([(old.bucket, old.member)], config.seen_bucket_bits,
-                                          config.seen_ttl_ms)
-            again = await admin.mark_seen([(old.bucket, old.member)],
-                                          config.seen_bucket_bits, config.seen_ttl_ms)
+            first = await mark_seen(admin, [(old.bucket, old.member)],
+                                    config.seen_bucket_bits, config.seen_ttl_ms)
+            again = await mark_seen(admin, [(old.bucket, old.member)],
+                                    config.seen_bucket_bits, config.seen_ttl_ms)
             queued = await admin.seed([old, new], config.seen_bucket_bits, config.seen_ttl_ms)
             snap = await admin.snapshot(memory=False)
             return first, again, queued, snap.todo

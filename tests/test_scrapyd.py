@@ -169,7 +169,7 @@ def test_run_leave_keeps_a_seeded_run_joinable_for_the_grace(redis_server, crawl
     run within its grace."""
     import asyncio
 
-    from scrapy_leased.connection import make_client
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier.run import ENDED_MARKER, SEED, SEEDED, RunMarker
 
     r = redis_server.client()
@@ -214,7 +214,7 @@ def test_a_run_that_ends_between_a_workers_check_and_its_join(redis_server, craw
     no run on. Another live worker still keeps it from flushing."""
     import asyncio
 
-    from scrapy_leased.connection import make_client
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier.run import SEED, RunMarker
 
     r = redis_server.client()
