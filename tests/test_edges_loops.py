@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scrapy_leased.fleet.stats import decode_fleet_stats
 from scrapy_leased.frontier.keys import CrawlKeys
-from scrapy_leased.observe.flush import decode_fleet_stats
 from tests.support.bugs import BUG_LANE, InjectedBug
 from tests.support.upsert import make_target
 from tests.support.workers import wait_for

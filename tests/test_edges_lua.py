@@ -40,11 +40,11 @@ from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
 from scrapy_leased._redis.connection import make_client
+from scrapy_leased.fleet.stats import StatsFlusher, decode_fleet_stats
 from scrapy_leased.frontier import Budget
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.run import RunMarker
 from scrapy_leased.frontier.scripts import as_str
-from scrapy_leased.observe.flush import StatsFlusher, decode_fleet_stats
 from scrapy_leased.ratelimit import LeasedRateMiddleware
 from scrapy_leased.ratelimit import middleware as rate_mw
 from tests.support.lua_edges import GOOD, HOSTILE
@@ -383,7 +383,7 @@ def test_the_worker_does_not_send_non_finite_or_huge_stats(redis_server, caplog)
     finite number within 2**63 is not sent, with one WARNING per stat name; its next
     value in range is sent as the change since the last value sent."""
     f = StatsFlusher(make_client(redis_server.url), CrawlKeys("c"), "w")  # never called
-    with caplog.at_level("WARNING", logger="scrapy_leased.observe.flush"):
+    with caplog.at_level("WARNING", logger="scrapy_leased.fleet.stats"):
         first = f.compose_ops({"ok": 1, **HOSTILE})
         again = f.compose_ops({"ok": 2, **HOSTILE})
         later = f.compose_ops({"ok": 2, "edges/nan": 4.5, "edges/huge_int": 7})

@@ -564,7 +564,7 @@ def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis
             lines.append(f"  ... {cur.lanes_total - len(cur.lanes):,} more hosts with queued "
                          f"requests")
     if cur.stats:
-        from ..observe.flush import headline_stats
+        from ..fleet.stats import headline_stats
 
         lines += ["", "  Scrapy stats of the whole fleet (all workers added up; all: --json)"]
         lines += [f"  {name:<44} {value:>14,}" if isinstance(value, int) else

@@ -25,9 +25,9 @@ from ..frontier import CONTROL_STATES, Envelope, Frontier, NewRequest
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys, tier_code
 from ..frontier.machine import HALF_LIFE_FIELD, SEEN_TTL_FIELD
 from ..frontier.scripts import as_str, pairs, read_atomic, register
-from ..observe.flush import decode_fleet_stats
 from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
 from .snapshot import ControlState, LaneState, Snapshot, WorkerState
+from .stats import decode_fleet_stats
 
 #: Throughput is read from the ``throughput`` HASH (10-second buckets of Redis time,
 #: kept by commit.lua): the current bucket and the 5 before it, i.e. the last 50-60 s,

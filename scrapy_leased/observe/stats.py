@@ -1,6 +1,6 @@
 """Extension: a worker's Scrapy stats added to the crawl's fleet-wide stats in Redis.
 
-Each worker sends the deltas of its numeric stats (observe/flush.py,
+Each worker sends the deltas of its numeric stats (fleet/stats.py,
 lua/stats_flush.lua): every LEASED_RENEW_INTERVAL (its heartbeat), with each commit
 that acks or fails claims (in the same atomic step, lua/commit.lua: a request counted
 done in Redis has its response, items and status codes counted in the fleet stats too,
@@ -34,10 +34,10 @@ from .._cancel import cancel_and_wait
 from .._redis.connection import make_client
 from .._supervise import supervise
 from ..config import LeasedConfig
+from ..fleet.stats import FIRST, LAST, StatsFlusher, decode_fleet_stats
 from ..frontier.scripts import register
 from ..runtime import crawl_stopper, worker_of
 from ..signals import fleet_closed
-from .flush import FIRST, LAST, StatsFlusher, decode_fleet_stats
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
