@@ -27,7 +27,6 @@ KNOWN: set[str] = {
     "scrapy_leased.scheduler:LeasedScheduler._claim_loop",
     "scrapy_leased.frontier.machine:Frontier",
     "scrapy_leased.config:LeasedConfig.from_settings",
-    "scrapy_leased.commands.leased:render_status",
     "scrapy_leased.fleet.diagnose:diagnose",
     "scrapy_leased.observe.server:dashboard_app",
 }

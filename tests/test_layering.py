@@ -41,7 +41,6 @@ KNOWN: set[tuple[str, ...]] = {
     ("frontier", "codec"),
     ("config", "ratelimit"),
     ("config", "upsert"),
-    ("observe", "commands"),
     ("scheduler", "_command"),
 }
 

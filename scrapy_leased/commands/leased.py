@@ -49,7 +49,8 @@ from ..config import (
     check_redis_url,
     number_setting,
 )
-from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
+from ..fleet import Diagnosis, FleetAdmin, Snapshot
+from ..fleet.report import age_text, n_of, render_dead, render_status, status_doc, status_warnings
 from ..fleet.seen import mark_seen
 from ..frontier import PAUSED, RUNNING, STOPPING, CrawlKeys, NewRequest
 from ..ratelimit.budgets import Budgets
@@ -77,7 +78,6 @@ WATCH_INTERVAL_SECONDS = 2.0  # --watch redraws this often
 SAMPLE_SECONDS = 2.0  # one status: two samples this far apart give the trends
 WATCH_TREND_SECONDS = 10.0  # --watch: trends against the sample this old
 DEAD_LIMIT = 20  # dead letters listed by default
-MEMORY_WARN_SHARE = 0.8  # warn when Redis uses this share of its maxmemory
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: --watch redraws in place
 
 
@@ -442,154 +442,12 @@ async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Setting
     return 0
 
 
-def status_warnings(cur: Snapshot, prev: Snapshot | None,
-                    default_cap: int) -> list[Diagnosis]:
-    """The warnings ``status`` shows (the fleet's, and Redis memory)."""
-    out = diagnose(cur, prev, default_cap)
-    dropped = cur.totals.get("dropped", 0)
-    if dropped:
-        out.append(Diagnosis("dropped", (
-            f"{_n(dropped, 'request')} dropped: the spider yielded "
-            f"{'it' if dropped == 1 else 'them'} but {'it' if dropped == 1 else 'they'} "
-            f"could not be stored (an object in meta or cb_kwargs, ...); each is a dead "
-            f"letter with the reason and the fix: scrapy leased dead")))
-    if cur.maxmemory and cur.used_memory and cur.used_memory > MEMORY_WARN_SHARE * cur.maxmemory:
-        out.append(Diagnosis("memory", (
-            f"Redis uses {cur.used_memory / cur.maxmemory:.0%} of its maxmemory: the crawl "
-            f"stops when it is full")))
-    return out
-
-
-def _budget_text(budgets: Budgets, lane: str) -> str:
-    b = budgets.for_lane(lane)
-    if not b.interval_ms:
-        return "none"
-    per_s = 1000 / b.interval_ms
-    rate = f"{per_s:,.4g}/s" if per_s >= 1 else f"{per_s * 60:,.4g}/min"
-    return f"{rate} burst {b.burst}"
-
-
-def status_doc(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis], where: str,
-               budgets: Budgets) -> dict[str, Any]:
-    """What ``status --json`` prints (also served by ``dashboard``)."""
-    doc = cur.to_dict()
-    doc["redis"] = where
-    doc["sample_s"] = round(_dt(prev, cur), 3) if prev else 0
-    doc["throughput"]["sample_pages_per_min"] = round(_rate(prev, cur), 1) if prev else None
-    doc["budget"] = {"lanes_total": cur.lanes_total, "lanes": [
-        {**lane.to_dict(), "budget": _budget_text(budgets, lane.lane)} for lane in cur.lanes]}
-    doc["warnings"] = [{"code": d.code, "message": d.message} for d in warnings]
-    return doc
-
-
 def _print_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
                   as_json: bool, where: str, budgets: Budgets) -> None:
     if as_json:
         print(json.dumps(status_doc(cur, prev, warnings, where, budgets)), flush=True)
         return
     print(render_status(cur, prev, warnings, where, budgets), flush=True)
-
-
-def _n(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
-
-
-def _age(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _dt(prev: Snapshot, cur: Snapshot) -> float:
-    return (cur.now_ms - prev.now_ms) / 1000
-
-
-def _rate(prev: Snapshot, cur: Snapshot) -> float:
-    """Pages per minute between two samples (done counter delta)."""
-    return (cur.done - prev.done) * 60 / _dt(prev, cur) if _dt(prev, cur) > 0 else 0.0
-
-
-def _control_line(cur: Snapshot) -> str:
-    c = cur.control
-    line = f"  state          {cur.state:>12}"
-    if cur.state == c.state and c.since_ms:
-        why = f"; {c.reason}" if c.reason else ""
-        line += f"   (since {_age(max(0, cur.now_ms - c.since_ms) / 1000)} ago, by {c.by}{why})"
-    return line
-
-
-def render_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
-                  where: str, budgets: Budgets | None = None) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(cur.now_ms / 1000))
-    alive = [w for w in cur.workers if w.alive]
-    gone = len(cur.workers) - len(alive)
-    capacity = cur.capacity()
-    lines = [
-        f"crawl {cur.crawl}   redis {where}   {when}",
-        "",
-        _control_line(cur),
-        f"  todo           {cur.todo:>12,}"
-        + (f"   (+ {cur.feed:,} in the feed, not queued yet)" if cur.feed else "")
-        + (f"   ({cur.feed_batches:,} feed batch{'' if cur.feed_batches == 1 else 'es'} "
-           f"being queued)"
-           if cur.feed_batches else ""),
-        f"  processing     {cur.processing:>12,}"
-        + (f"   (capacity of the live workers: {capacity:,})" if capacity is not None else ""),
-        f"  done           {cur.done:>12,}",
-        f"  dead           {cur.dead:>12,}",
-        f"  workers alive  {cur.workers_alive:>12,}"
-        + (f"   ({gone} gone: no heartbeat for longer than the worker TTL)" if gone else ""),
-        f"  throughput     {cur.pages_per_min:>12,.0f} pages/min   "
-        f"({cur.done_last_minute:,} done in the last {cur.window_s:.0f} s"
-        + (f"; {_rate(prev, cur):,.0f}/min over the last {_dt(prev, cur):.1f} s)" if prev
-           else ")"),
-    ]
-    if cur.used_memory is not None:
-        mem = f"  redis memory   {cur.used_memory_human or cur.used_memory:>12}"
-        if cur.maxmemory:
-            mem += f"   (maxmemory {cur.maxmemory / 2**20:,.0f}M)"
-        lines.append(mem)
-    if cur.lanes:
-        lines += ["", f"  {'host (lane)':<26} {'queued':>8} {'budget':>22} {'booked':>8} "
-                      f"{'ready in':>9} {'blocked':>8} {'slowdown':>9}",]
-        for lane in cur.lanes:
-            budget = _budget_text(budgets, lane.lane) if budgets else "?"
-            extra = f"   Crawl-delay {lane.crawl_delay_s:g} s" if lane.crawl_delay_s else ""
-            lines.append(f"  {lane.lane or '(default)':<26} {lane.queued:>8,} {budget:>22} "
-                         f"{lane.ahead_s:>7.1f}s {lane.ready_in_s:>8.1f}s "
-                         f"{lane.blocked_s:>7.1f}s {lane.slowdown:>8.2f}x{extra}")
-        if cur.lanes_total > len(cur.lanes):
-            lines.append(f"  ... {cur.lanes_total - len(cur.lanes):,} more hosts with queued "
-                         f"requests")
-    if cur.stats:
-        from ..fleet.stats import headline_stats
-
-        lines += ["", "  Scrapy stats of the whole fleet (all workers added up; all: --json)"]
-        lines += [f"  {name:<44} {value:>14,}" if isinstance(value, int) else
-                  f"  {name:<44} {value:>14,.1f}" for name, value in headline_stats(cur.stats)]
-    if alive:
-        lines += ["", f"  {'worker':<34} {'heartbeat':>11} {'in flight':>10} {'acked':>10} "
-                      f"{'leases':>8}"]
-        for w in alive:
-            lines.append(f"  {w.id:<34} {_age(w.heartbeat_age_s) + ' ago':>11} "
-                         f"{'?' if w.inflight is None else w.inflight:>10} "
-                         f"{'?' if w.acked is None else f'{w.acked:,}':>10} "
-                         f"{cur.leases_by_worker.get(w.id, 0):>8,}")
-    orphans = cur.leases_of_gone_workers()
-    if orphans:
-        lines += ["", f"  leases of workers not alive, waiting to expire: "
-                      f"{sum(orphans.values()):,}"]
-        lines += [f"  {wid:<34} {n:>8,}" for wid, n in orphans.items()]
-    lines.append("")
-    if warnings:
-        lines += [f"  WARNING: {d.message}" for d in warnings]
-    elif prev is None:
-        lines.append("  no warnings (one sample: trends not measured)")
-    else:
-        lines.append(f"  no warnings (trends over {_dt(prev, cur):.1f} s)")
-    return "\n".join(lines)
 
 
 # -- dead letters ---------------------------------------------------------------------
@@ -623,7 +481,7 @@ async def _dead(admin: FleetAdmin, opts: argparse.Namespace) -> int:
         missing = []
     if action == "requeue":
         result = await admin.requeue_dead(letters)
-        print(f"requeued {_n(result.requeued, 'dead letter')} of crawl {crawl!r} "
+        print(f"requeued {n_of(result.requeued, 'dead letter')} of crawl {crawl!r} "
               f"(attempts reset to 0)"
               + (f"; {result.already_done:,} were done meanwhile (dropped)"
                  if result.already_done else "")
@@ -631,39 +489,17 @@ async def _dead(admin: FleetAdmin, opts: argparse.Namespace) -> int:
                  if result.unreadable else ""))
         if result.dropped:
             raise CommandError(
-                f"{_n(result.dropped, 'dropped request')} of crawl {crawl!r} not requeued: "
+                f"{n_of(result.dropped, 'dropped request')} of crawl {crawl!r} not requeued: "
                 "never queued, they could not be stored (their reason names the meta or "
                 "cb_kwargs key and the fix), and what was kept of them is not the request "
                 "the spider made. Fix the spider, seed their URLs again (scrapy leased "
                 "seed), then --purge them")
     else:
         purged = await admin.purge_dead(letters if urls else None)
-        print(f"purged {_n(purged, 'dead letter')} of crawl {crawl!r}")
+        print(f"purged {n_of(purged, 'dead letter')} of crawl {crawl!r}")
     if missing:
         raise CommandError(f"not in the dead letters of crawl {crawl!r}: {' '.join(missing)}")
     return 0
-
-
-def render_dead(crawl: str, total: int, letters: list[DeadLetter]) -> str:
-    if not total:
-        return f"crawl {crawl}: no dead letters"
-    lines = [f"crawl {crawl}: {_n(total, 'dead letter')}"
-             + (f", the newest {len(letters):,}:" if len(letters) < total else ":")]
-    for d in letters:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.t_ms / 1000))
-        target = f"{d.method} {d.url}" if d.url else "(unreadable envelope)"
-        reason = " ".join(d.reason.split())
-        if d.dropped:
-            lines.append(f"  {when}  dropped (never queued)  {target}  callback {d.callback}")
-        else:
-            lines.append(f"  {when}  attempts {d.attempts}  {target}")
-        lines.append(f"      {reason[:300]}{'...' if len(reason) > 300 else ''}")
-        if d.dropped:
-            kept = ("kept without " + ", ".join(d.removed) if d.removed else "kept whole") \
-                if d.request is not None else "not kept"
-            lines.append(f"      request {kept}; cannot be requeued: fix the spider, seed "
-                         f"the URL again, purge the letter")
-    return "\n".join(lines)
 
 
 # -- seeding --------------------------------------------------------------------------
@@ -719,7 +555,7 @@ async def _seed(admin: FleetAdmin, lines: list[str], requests: list[NewRequest],
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     n = sum(queued)
-    print(f"seeded crawl {admin.keys.crawl_id!r}: {_n(len(lines), 'URL')}, {n:,} queued, "
+    print(f"seeded crawl {admin.keys.crawl_id!r}: {n_of(len(lines), 'URL')}, {n:,} queued, "
           f"{len(lines) - n:,} already seen")
     return 0
 
@@ -734,7 +570,7 @@ async def _forget(admin: FleetAdmin, urls: list[str], requests: list[NewRequest]
         raise CommandError(str(exc)) from None
     forgotten = await admin.forget(entries)
     n = sum(forgotten)
-    print(f"forgot {n:,} of {_n(len(urls), 'URL')} of crawl {admin.keys.crawl_id!r} "
+    print(f"forgot {n:,} of {n_of(len(urls), 'URL')} of crawl {admin.keys.crawl_id!r} "
           f"({len(urls) - n:,} not seen); each is queued again the next time it is sent "
           f"(a new run's start requests, a link, scrapy leased seed). A worker running now "
           f"may still skip one it remembers (LEASED_SEEN_CACHE): start workers afterwards")
@@ -753,8 +589,8 @@ async def _control(admin: FleetAdmin, sub: str, config: LeasedConfig) -> int:
     prev, since, now = await admin.set_control(state, by)
     snap = await admin.snapshot(memory=False)
     alive = sum(1 for w in snap.workers if w.alive)
-    was = f"was {prev}" + (f" for {_age(max(0, now - since) / 1000)}" if since else "")
-    print(f"crawl {crawl!r}: {state} ({was}); {_n(alive, 'worker')} alive")
+    was = f"was {prev}" + (f" for {age_text(max(0, now - since) / 1000)}" if since else "")
+    print(f"crawl {crawl!r}: {state} ({was}); {n_of(alive, 'worker')} alive")
     heard = (f"each worker sees it at its next claim or heartbeat (within "
              f"{config.renew_interval:g} s, LEASED_RENEW_INTERVAL), and so does a worker "
              f"started later")
@@ -781,21 +617,21 @@ async def _reset(admin: FleetAdmin, opts: argparse.Namespace, where: str,
     records = [] if opts.records else [k for k in keys
                                        if admin.keys.is_records(k, records_prefix)]
     if not opts.yes:
-        keeping = (f", keeping {_n(len(records), 'records hash')} of UpsertPipeline "
+        keeping = (f", keeping {n_of(len(records), 'records hash')} of UpsertPipeline "
                    f"(--records deletes them too)" if records else "")
-        raise CommandError(f"reset deletes {_n(len(keys) - len(records), 'key')} of crawl "
+        raise CommandError(f"reset deletes {n_of(len(keys) - len(records), 'key')} of crawl "
                            f"{crawl!r} ({admin.keys.prefix}*) in {where}{keeping}: add --yes")
     snap = await admin.snapshot(memory=False)
     alive = [w for w in snap.workers if w.alive and not w.process_gone()]
     if alive:
         youngest = min(w.heartbeat_age_s for w in alive)
         raise CommandError(
-            f"{_n(len(alive), 'worker')} of crawl {crawl!r} alive (last heartbeat "
-            f"{_age(youngest)} ago): stop them first (a worker killed on another machine "
+            f"{n_of(len(alive), 'worker')} of crawl {crawl!r} alive (last heartbeat "
+            f"{age_text(youngest)} ago): stop them first (a worker killed on another machine "
             f"counts as alive until its heartbeat is older than LEASED_WORKER_TTL)")
     deleted, kept = await admin.reset(records=opts.records, records_prefix=records_prefix)
-    print(f"deleted {_n(deleted, 'key')} of crawl {crawl!r} ({admin.keys.prefix}*)"
-          + (f"; kept {_n(kept, 'records hash')} of UpsertPipeline "
+    print(f"deleted {n_of(deleted, 'key')} of crawl {crawl!r} ({admin.keys.prefix}*)"
+          + (f"; kept {n_of(kept, 'records hash')} of UpsertPipeline "
              f"({admin.keys.prefix}{records_prefix}:*; --records deletes them too)"
              if kept else ""))
     return 0
@@ -908,7 +744,7 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
                 added = await mark_seen(
                     admin, [(r.bucket, r.member) for r in seen if r.bucket is not None],
                     config.seen_bucket_bits, config.seen_ttl_ms)
-                print(f"crawl {crawl!r}: marked {_n(len(seen_lines), 'URL')} seen "
+                print(f"crawl {crawl!r}: marked {n_of(len(seen_lines), 'URL')} seen "
                       f"({sum(added):,} new, {len(added) - sum(added):,} seen already)")
             for (key, kind), what in zip(sources, ("queued request", "start URL")):
                 if kind != "none":
@@ -1003,5 +839,5 @@ async def _move_source(client: Any, admin: FleetAdmin, config: LeasedConfig, cra
                                f"first); {moved:,} moved")
         moved += len(raw)
     if moved:
-        print(f"crawl {crawl!r}: moved {_n(moved, noun)} from {key} ({new:,} queued, "
+        print(f"crawl {crawl!r}: moved {n_of(moved, noun)} from {key} ({new:,} queued, "
               f"{moved - new:,} seen already); removed from {key}")
