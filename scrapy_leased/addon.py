@@ -9,7 +9,6 @@ from scrapy.utils.misc import load_object
 
 from ._command import exit_if_command_line, runs_plain
 from ._redis.connection import LeasedRedisError, check_reachable
-from .config import LeasedConfig, LeasedConfigError
 from .cookies import LeasedCookiesMiddleware
 from .dupefilter import LeasedDupeFilter
 from .feedexports import install as install_feed_exports
@@ -19,6 +18,7 @@ from .observe.stats import LeasedFleetStats
 from .ratelimit.middleware import LeasedRateMiddleware
 from .scheduler import LeasedScheduler
 from .seeding import LeasedStartMiddleware
+from .settings import LeasedConfig, LeasedConfigError
 from .upsert import UpsertFenceMiddleware, UpsertPipeline
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def install_cookies(settings: Settings) -> None:
 class Addon:
     """Sets the leased scheduler, dupefilter and middlewares at "addon" priority, so a
     project can still override each of them (the others then step aside). It checks
-    the reactor, and the settings through the settings layer (config.py), which
+    the reactor, and the settings through the settings layer (settings/config.py), which
     names the first bad one."""
 
     def update_settings(self, settings: Settings) -> None:

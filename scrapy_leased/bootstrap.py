@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from ._redis.connection import connect
-from .config import LeasedConfig
+from .settings import LeasedConfig
 
 logger = logging.getLogger(__name__)
 

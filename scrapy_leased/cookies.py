@@ -40,9 +40,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http.cookies import CookieJar
 from scrapy.utils.python import to_unicode
 
-from .config import LeasedConfig
 from .frontier.scripts import as_str, register
 from .runtime import worker_of
+from .settings import LeasedConfig
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -18,10 +18,10 @@ from scrapy import Spider, signals
 from scrapy.exceptions import NotConfigured
 
 from ._supervise import supervise
-from .config import LeasedConfig
 from .fleet import FleetAdmin, Snapshot, diagnose
 from .fleet.logline import FLEET_LINE, fleet_line_args
 from .runtime import crawl_stopper, worker_of
+from .settings import LeasedConfig
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -24,7 +24,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
 from . import signals
-from .config import LeasedConfig
+from .settings import LeasedConfig
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -57,7 +57,6 @@ from ._supervise import BUG_REASON, PartFailed, close_crawl, supervise
 from ._throttleshare import ThrottleShare, autothrottle
 from .bootstrap import connect_crawl
 from .codec import Codec, PayloadError, safe_text
-from .config import LeasedConfig
 from .dropped import dead_letter
 from .dupefilter import LeasedDupeFilter
 from .feed.drain import FeedDrainer
@@ -89,8 +88,8 @@ from .frontier.writer import LINGER_SECONDS, Batch, CommitWriter
 from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token, revisit_ms
 from .middleware import describe
 from .order import QueueOrder
-from .ratelimit.budgets import Budgets
 from .runtime import attach
+from .settings import Budgets, LeasedConfig
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine

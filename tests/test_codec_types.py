@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from scrapy.settings import Settings
 
 from scrapy_leased.codec import Codec, ItemClasses, PayloadError, meta_types
-from scrapy_leased.config import LeasedConfigError
+from scrapy_leased.settings import LeasedConfigError
 
 HERE = __name__
 

@@ -223,7 +223,7 @@ async def _dashboard_reading(url: str, crawl_id: str) -> dict[str, Any]:
 
     from scrapy_leased._redis.connection import make_client
     from scrapy_leased.observe.reader import FleetReader
-    from scrapy_leased.ratelimit.budgets import Budgets
+    from scrapy_leased.settings import Budgets
 
     client = make_client(url)
     try:

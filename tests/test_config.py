@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_leased.config import LeasedConfig, LeasedConfigError
 from scrapy_leased.dupefilter import KnownSeen
 from scrapy_leased.frontier import Budget
-from scrapy_leased.ratelimit.budgets import Budgets
+from scrapy_leased.settings import Budgets, LeasedConfig, LeasedConfigError
 
 
 def config(**values) -> LeasedConfig:

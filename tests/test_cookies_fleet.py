@@ -160,7 +160,7 @@ def test_addon_leaves_cookies_alone_when_the_project_decided() -> None:
 
 
 def test_bad_opt_out_value_names_the_setting() -> None:
-    from scrapy_leased.config import LeasedConfigError
+    from scrapy_leased.settings import LeasedConfigError
 
     with pytest.raises(LeasedConfigError, match="LEASED_SHARED_COOKIES"):
         _addon_middlewares(LEASED_SHARED_COOKIES="perhaps")

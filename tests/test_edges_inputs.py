@@ -34,7 +34,7 @@ from scrapy_leased.feed.packer import RequestPacker
 from scrapy_leased.frontier import as_str
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.meta import MAX_REVISIT_MS, META_REVISIT_AFTER, claim_token, revisit_ms
-from scrapy_leased.ratelimit.budgets import Budgets
+from scrapy_leased.settings import Budgets
 from tests.test_crawl import assert_exit, stat
 
 # bounded, reproducible: the same examples on every run (no flakes, no example database)

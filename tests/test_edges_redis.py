@@ -22,12 +22,11 @@ from scrapy.settings import Settings
 from scrapy_leased._redis.connection import LeasedRedisError, check_reachable, connect, make_client
 from scrapy_leased._redis.scan import keys_with_prefix
 from scrapy_leased._redis.url import parse_redis_url
-from scrapy_leased.config import LeasedConfigError, check_redis_url
 from scrapy_leased.fleet.admin import FleetAdmin
 from scrapy_leased.frontier import Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.observe.reader import FleetReader
-from scrapy_leased.ratelimit.budgets import Budgets
+from scrapy_leased.settings import Budgets, LeasedConfigError, check_redis_url
 from tests.support.dropproxy import DropProxyProcess
 from tests.support.redis_ha import ClusterNodeServer, RedisCluster, SentinelGroup, wait_until
 from tests.support.redis_server import free_port

@@ -152,8 +152,8 @@ def test_fleet_stats_setting():
     from scrapy.settings import Settings
 
     from scrapy_leased.addon import Addon
-    from scrapy_leased.config import LeasedConfigError
     from scrapy_leased.observe.stats import LeasedFleetStats
+    from scrapy_leased.settings import LeasedConfigError
 
     on, off = Settings(), Settings({"LEASED_FLEET_STATS": False})
     for s in (on, off):

@@ -308,11 +308,11 @@ def test_mark_seen(redis_srv: RedisServer, seen_ttl: int) -> None:
     from scrapy.settings import Settings
 
     from scrapy_leased._redis.connection import make_client
-    from scrapy_leased.config import LeasedConfig
     from scrapy_leased.feed.packer import RequestPacker
     from scrapy_leased.fleet import FleetAdmin
     from scrapy_leased.fleet.seen import mark_seen
     from scrapy_leased.frontier import CrawlKeys
+    from scrapy_leased.settings import LeasedConfig
 
     settings = Settings({"LEASED_REDIS_URL": redis_srv.url, "LEASED_SEEN_TTL": seen_ttl})
     config = LeasedConfig.from_settings(settings)

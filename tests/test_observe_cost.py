@@ -19,7 +19,7 @@ from scrapy_leased.frontier import Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.observe.metrics import render
 from scrapy_leased.observe.reader import FleetReader
-from scrapy_leased.ratelimit.budgets import Budgets
+from scrapy_leased.settings import Budgets
 from tests.support.redis_server import RedisServer
 
 

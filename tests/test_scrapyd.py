@@ -37,8 +37,9 @@ from typing import Any
 
 import pytest
 
-from scrapy_leased.config import SCRAPYD_RUN_GRACE_SECONDS, LeasedConfig, in_scrapyd_job
 from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.settings import LeasedConfig, in_scrapyd_job
+from scrapy_leased.settings.defaults import SCRAPYD_RUN_GRACE_SECONDS
 from tests.support.redis_server import free_port
 from tests.support.site import Site
 from tests.support.workers import PROJECT_DIR, REPO_ROOT, WorkerFactory, wait_for
@@ -154,7 +155,7 @@ def test_run_grace_default_is_30_s_only_inside_a_scrapyd_job(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["scrapy"])
     monkeypatch.setenv("SCRAPYD_EGG_VERSION", "1700000000")
     assert in_scrapyd_job()
-    from scrapy_leased.config import LeasedConfigError
+    from scrapy_leased.settings import LeasedConfigError
 
     with pytest.raises(LeasedConfigError, match="LEASED_RUN_GRACE"):
         LeasedConfig.from_settings(Settings({"LEASED_RUN_GRACE": -1}))

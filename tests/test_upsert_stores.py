@@ -24,8 +24,8 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.meta import META_CLAIM
+from scrapy_leased.settings.upsert import UpsertConfig
 from scrapy_leased.upsert import StoreError, UpsertFenceMiddleware, UpsertPipeline
-from scrapy_leased.upsert.config import UpsertConfig
 from scrapy_leased.upsert.records import Record
 from scrapy_leased.upsert.stores import make_store
 from tests.support.redis_server import RedisServer

@@ -41,19 +41,19 @@ from scrapy.exceptions import UsageError
 
 from .._redis.connection import make_client, redact
 from ..bootstrap import crawl_redis_url
-from ..config import (
+from ..fleet import Diagnosis, FleetAdmin, Snapshot
+from ..fleet.report import age_text, n_of, render_dead, render_status, status_doc, status_warnings
+from ..fleet.seen import mark_seen
+from ..frontier import PAUSED, RUNNING, STOPPING, CrawlKeys, NewRequest
+from ..settings import (
     CRAWL_ID_RE,
+    Budgets,
     LeasedConfig,
     LeasedConfigError,
     check_crawl_id,
     check_redis_url,
     number_setting,
 )
-from ..fleet import Diagnosis, FleetAdmin, Snapshot
-from ..fleet.report import age_text, n_of, render_dead, render_status, status_doc, status_warnings
-from ..fleet.seen import mark_seen
-from ..frontier import PAUSED, RUNNING, STOPPING, CrawlKeys, NewRequest
-from ..ratelimit.budgets import Budgets
 
 if TYPE_CHECKING:
     import argparse

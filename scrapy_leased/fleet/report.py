@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..ratelimit.budgets import Budgets
+from ..settings import Budgets
 from .admin import DeadLetter
 from .diagnose import Diagnosis, diagnose
 from .snapshot import Snapshot

@@ -23,7 +23,7 @@ from ..fleet.report import status_doc, status_warnings
 from ..fleet.snapshot import Snapshot
 from ..frontier import as_str
 from ..frontier.keys import CrawlKeys
-from ..ratelimit.budgets import Budgets
+from ..settings import Budgets
 
 CRAWL_LIST_SECONDS = 30.0  # the crawl list (a SCAN of the keyspace) is kept this long
 TREND_SECONDS = 10.0  # warnings compare with the sample at least this old (status --watch)

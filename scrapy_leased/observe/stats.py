@@ -33,10 +33,10 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from .._cancel import cancel_and_wait
 from .._redis.connection import make_client
 from .._supervise import supervise
-from ..config import LeasedConfig
 from ..fleet.stats import FIRST, LAST, StatsFlusher, decode_fleet_stats
 from ..frontier.scripts import register
 from ..runtime import crawl_stopper, worker_of
+from ..settings import LeasedConfig
 from ..signals import fleet_closed
 
 if TYPE_CHECKING:

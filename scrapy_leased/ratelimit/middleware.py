@@ -36,10 +36,9 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..config import LeasedConfig
 from ..meta import META_FREE_SINCE, META_NOT_BEFORE
 from ..runtime import worker_of
-from .budgets import Budgets
+from ..settings import Budgets, LeasedConfig
 from .watch import PenaltyWatch
 
 if TYPE_CHECKING:

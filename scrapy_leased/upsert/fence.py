@@ -21,8 +21,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
-from ..config import LeasedConfig
 from ..meta import claim_token
+from ..settings import LeasedConfig
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -18,10 +18,9 @@ from scrapy.exceptions import NotConfigured
 from .._compat import pipeline_hook
 from .._redis.connection import LeasedRedisError
 from ..bootstrap import crawl_redis_url_async
-from ..config import LeasedConfig
 from ..runtime import crawl_stopper
+from ..settings import LeasedConfig, UpsertConfig
 from .batcher import WriteBatcher
-from .config import UpsertConfig
 from .fence import FenceRegistry
 from .records import MissingKey, RecordMaker
 from .stores import Store, StoreError, make_store

@@ -10,18 +10,10 @@ from urllib.parse import urlsplit
 from scrapy.settings import BaseSettings
 
 from .._redis.url import redact
-from ..config import (
-    REDIS_SCHEMES,
-    LeasedConfigError,
-    bool_setting,
-    check_redis_url,
-    number_setting,
-)
-
-# Defaults.
-BATCH_SIZE = 500  # records per store round trip
-PREFIX = "records"  # SQL table <prefix>_<type>, Redis hash leased:{crawl}:<prefix>:<type>
-DEFAULT_KEY = ("url",)  # when neither the setting nor the item class names a key
+from ..exceptions import LeasedConfigError
+from .defaults import UPSERT_BATCH_SIZE as BATCH_SIZE
+from .defaults import UPSERT_PREFIX as PREFIX
+from .validate import REDIS_SCHEMES, bool_setting, check_redis_url, number_setting
 
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres")
 _PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")

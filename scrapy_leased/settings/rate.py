@@ -16,10 +16,11 @@ from scrapy import Request
 from scrapy.settings import BaseSettings
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..config import LeasedConfigError, bool_setting, ms_setting, number_setting, parse_rate
+from ..exceptions import LeasedConfigError
 from ..frontier import Budget
 from ..meta import META_LANE
-from .state import HALF_LIFE_MS
+from .defaults import HALF_LIFE_MS
+from .validate import bool_setting, ms_setting, number_setting, parse_rate
 
 LANE_KEYS = ("host", "netloc", "slot")
 
