@@ -42,7 +42,7 @@ from scrapy.utils.python import to_unicode
 
 from .frontier.scripts import as_str, register
 from .runtime import worker_of
-from .settings import LeasedConfig
+from .settings import config_for
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -298,7 +298,7 @@ class LeasedCookiesMiddleware(CookiesMiddleware):
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("COOKIES_ENABLED"):
             raise NotConfigured
-        config = LeasedConfig.from_settings(crawler.settings)
+        config = config_for(crawler)
         o = cls(crawler.settings.getbool("COOKIES_DEBUG"), shared=config.shared_cookies)
         o.crawler = crawler
         return o

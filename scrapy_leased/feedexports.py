@@ -52,7 +52,7 @@ from ._compat import apply_uri_params
 from .frontier.keys import CrawlKeys
 from .frontier.scripts import as_str, register
 from .runtime import worker_of
-from .settings import LeasedConfig
+from .settings import config_for
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -120,7 +120,7 @@ class ExportFiles:
     def for_crawler(cls, crawler: Crawler) -> ExportFiles:
         registry = _registries.get(crawler)
         if registry is None:
-            fsync = LeasedConfig.from_settings(crawler.settings).feed_fsync
+            fsync = config_for(crawler).feed_fsync
             registry = _registries[crawler] = cls(fsync=fsync)
         return registry
 

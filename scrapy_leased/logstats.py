@@ -21,7 +21,7 @@ from ._supervise import supervise
 from .fleet import FleetAdmin, Snapshot, diagnose
 from .fleet.logline import FLEET_LINE, fleet_line_args
 from .runtime import crawl_stopper, worker_of
-from .settings import LeasedConfig
+from .settings import config_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -40,7 +40,7 @@ class LeasedLogStats:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = LeasedConfig.from_settings(crawler.settings)
+        config = config_for(crawler)
         if not config.logstats_interval:
             raise NotConfigured
         o = cls(crawler, config.logstats_interval, config.worker_ttl)

@@ -36,7 +36,7 @@ from .._supervise import supervise
 from ..fleet.stats import FIRST, LAST, StatsFlusher, decode_fleet_stats
 from ..frontier.scripts import register
 from ..runtime import crawl_stopper, worker_of
-from ..settings import LeasedConfig
+from ..settings import LeasedConfig, config_for
 from ..signals import fleet_closed
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class LeasedFleetStats:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = LeasedConfig.from_settings(crawler.settings)
+        config = config_for(crawler)
         if not config.fleet_stats:
             raise NotConfigured
         o = cls(crawler, config)

@@ -38,7 +38,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from ..meta import META_FREE_SINCE, META_NOT_BEFORE
 from ..runtime import worker_of
-from ..settings import Budgets, LeasedConfig
+from ..settings import Budgets, config_for
 from .watch import PenaltyWatch
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class LeasedRateMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, LeasedConfig.from_settings(crawler.settings).budgets)
+        return cls(crawler, config_for(crawler).budgets)
 
     def _note_penalty(self, lane: str) -> None:
         """Remember that the lane was penalized now, by this worker or (heard on the

@@ -9,7 +9,7 @@ limiter, the pipeline, the feed, the fleet commands and the worker import it."""
 from __future__ import annotations
 
 from ..exceptions import LeasedConfigError
-from .config import LeasedConfig
+from .config import LeasedConfig, config_for
 from .rate import Budgets
 from .upsert import UpsertConfig
 from .validate import (
@@ -31,6 +31,6 @@ from .validate import (
 __all__ = [
     "CRAWL_ID_RE", "MAX_SETTING_NUMBER", "REDIS_SCHEMES", "Budgets", "LeasedConfig",
     "LeasedConfigError", "UpsertConfig", "bool_setting", "check_crawl_id", "check_redis_url",
-    "close_limits", "in_scrapyd_job", "logstats_interval", "ms_setting", "number_setting",
-    "parse_rate", "run_grace",
+    "close_limits", "config_for", "in_scrapyd_job", "logstats_interval", "ms_setting",
+    "number_setting", "parse_rate", "run_grace",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scrapy.settings import BaseSettings
 
@@ -41,6 +42,9 @@ from .validate import (
     number_setting,
     run_grace,
 )
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 
 @dataclass(frozen=True)
@@ -209,3 +213,17 @@ def _feed_format(settings: BaseSettings) -> str:
         raise LeasedConfigError(f"LEASED_FEED_FORMAT ({value!r}) must be one of "
                                 f"{', '.join(map(repr, FEED_FORMATS))}")
     return str(value)
+
+
+#: where ``config_for`` keeps a crawler's LeasedConfig
+_ATTRIBUTE = "_leased_config"
+
+
+def config_for(crawler: Crawler) -> LeasedConfig:
+    """The crawl's LeasedConfig, read once per crawler (its settings are frozen by the
+    time components are built) and shared by every component of the add-on."""
+    config: LeasedConfig | None = getattr(crawler, _ATTRIBUTE, None)
+    if config is None:
+        config = LeasedConfig.from_settings(crawler.settings)
+        setattr(crawler, _ATTRIBUTE, config)
+    return config

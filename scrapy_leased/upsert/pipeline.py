@@ -19,7 +19,7 @@ from .._compat import pipeline_hook
 from .._redis.connection import LeasedRedisError
 from ..bootstrap import crawl_redis_url_async
 from ..runtime import crawl_stopper
-from ..settings import LeasedConfig, UpsertConfig
+from ..settings import LeasedConfig, UpsertConfig, config_for
 from .batcher import WriteBatcher
 from .fence import FenceRegistry
 from .records import MissingKey, RecordMaker
@@ -50,7 +50,7 @@ class UpsertPipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        leased = LeasedConfig.from_settings(crawler.settings)
+        leased = config_for(crawler)
         if not leased.upsert.enabled:
             raise NotConfigured("LEASED_UPSERT_ENABLED is False")
         return cls(crawler, leased.upsert, leased)
