@@ -73,7 +73,8 @@ def accepted(sub: str, option: str) -> bool:
     from scrapy.exceptions import UsageError
     from scrapy.settings import Settings
 
-    from scrapy_leased.commands.leased import Command, _check_options
+    from scrapy_leased.commands.common import _check_options
+    from scrapy_leased.commands.leased import Command
 
     parser = argparse.ArgumentParser(conflict_handler="resolve")
     command = Command()
@@ -93,7 +94,7 @@ def usage_lines(text: str, prefix: str = "") -> dict[str, list[str]]:
     """Subcommand -> the usage lines naming it (``  dead [CRAWL] ...``, ``scrapy leased
     pause | resume | stop [CRAWL]``): lines that start with ``prefix``, then subcommands
     separated by `` | ``, then their arguments (not the overview ``status|dead|...``)."""
-    from scrapy_leased.commands.leased import SUBCOMMANDS
+    from scrapy_leased.commands.common import SUBCOMMANDS
 
     names = "|".join(SUBCOMMANDS)
     out: dict[str, list[str]] = {}
@@ -119,7 +120,7 @@ def test_the_options_checks_tell_every_option_apart() -> None:
     """Each option of a subcommand is refused with another (an option with a default
     value was accepted anywhere before: ``dead --interval 3``), and its help names the
     subcommands that take it, as ``[sub, sub]``."""
-    from scrapy_leased.commands.leased import SUBCOMMANDS
+    from scrapy_leased.commands.common import SUBCOMMANDS
 
     for option in set(leased_options()) - ALL:
         takers = [sub for sub in SUBCOMMANDS if accepted(sub, option)]
@@ -134,7 +135,7 @@ def test_usage_lines_name_every_option_of_a_subcommand(where: str) -> None:
     `--json`). What a subcommand takes is what the command accepts: its parser and its
     check of the options."""
     from scrapy_leased.commands import leased
-    from scrapy_leased.commands.leased import SUBCOMMANDS
+    from scrapy_leased.commands.common import SUBCOMMANDS
 
     if where == "--help":
         text, prefix = help_text(200), ""

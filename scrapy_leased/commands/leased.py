@@ -17,22 +17,17 @@ embedded Redis of the project's ``.scrapy`` directory when one runs there (``see
 starts it, like a worker would). Errors are one line on stderr, exit status 1.
 
 Synchronous code, not on a reactor: each subcommand is one ``asyncio.run`` over
-``FleetAdmin`` (the same code the workers use); waiting with sleep is fine here.
+``FleetAdmin`` (the same code the workers use); waiting with sleep is fine here. This
+module holds the options and the dispatch; each subcommand is a module beside it
+(``status``, ``dead``, ``urls``: seed and forget, ``control``: pause, resume, stop and
+reset, ``serve``: metrics and dashboard, ``embedded``, ``fromsr``), ``common`` what
+they share.
 """  # noqa: E501 (a usage line: one line each, tests/test_cli_help.py)
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import os
-import signal
-import socket
 import sys
-import time
-from collections import deque
-from importlib import import_module
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import RedisError
@@ -40,49 +35,40 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from .._redis.connection import make_client, redact
-from ..bootstrap import crawl_redis_url
-from ..fleet import Diagnosis, FleetAdmin, Snapshot
-from ..fleet.report import age_text, n_of, render_dead, render_status, status_doc, status_warnings
-from ..fleet.seen import mark_seen
-from ..frontier import PAUSED, RUNNING, STOPPING, CrawlKeys, NewRequest
+from ..fleet import FleetAdmin
+from ..frontier import CrawlKeys, NewRequest
 from ..settings import (
-    CRAWL_ID_RE,
-    Budgets,
     LeasedConfig,
     LeasedConfigError,
-    check_crawl_id,
-    check_redis_url,
-    number_setting,
 )
+from .common import (
+    BIND,
+    CONTROL,
+    DASHBOARD_PORT,
+    FROM_SR,
+    METRICS_PORT,
+    SERVERS,
+    SUBCOMMANDS,
+    URL_SUBCOMMANDS,
+    CommandError,
+    _check_options,
+    _concurrency,
+    _crawl_id,
+    _looks_like_source,
+    _redis_url,
+)
+from .control import _control, _reset
+from .dead import _dead
+from .embedded import _embedded
+from .fromsr import _from_scrapy_redis, _scrapy_redis_hint
+from .serve import _serve
+from .status import _status
+from .urls import _forget, _packed, _read_urls, _seed
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
 
     from scrapy.settings import Settings
-
-SUBCOMMANDS = ("status", "dead", "seed", "forget", "reset", "pause", "resume", "stop",
-               "metrics", "dashboard", "embedded", "from-scrapy-redis")
-FROM_SR = "from-scrapy-redis"  # fromscrapyredis.py: a scrapy-redis crawl moved into this one
-#: ``scrapy leased embedded ACTION``: the project's embedded Redis server itself
-EMBEDDED_ACTIONS = ("status", "stop")
-#: The subcommands that take URLs (arguments, -f FILE, - for stdin)
-URL_SUBCOMMANDS = ("seed", "forget")
-#: The fleet control subcommands and the control state each sets (keys.py: control)
-CONTROL = {"pause": PAUSED, "resume": RUNNING, "stop": STOPPING}
-SERVERS = ("metrics", "dashboard")  # observe/: HTTP servers, reading Redis only
-METRICS_PORT = 9410
-DASHBOARD_PORT = 8410
-BIND = "127.0.0.1"  # metrics and dashboard listen here by default
-WATCH_INTERVAL_SECONDS = 2.0  # --watch redraws this often
-SAMPLE_SECONDS = 2.0  # one status: two samples this far apart give the trends
-WATCH_TREND_SECONDS = 10.0  # --watch: trends against the sample this old
-DEAD_LIMIT = 20  # dead letters listed by default
-CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: --watch redraws in place
-
-
-class CommandError(Exception):
-    """Printed as one line on stderr; exit status 1."""
 
 
 class Command(ScrapyCommand):
@@ -200,48 +186,6 @@ class Command(ScrapyCommand):
             self.exitcode = 0
 
 
-def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
-    """A usage error for an option given to a subcommand that does not take it (each
-    option of the add-on's group defaults to None or False, so that given is told from
-    not given), and for values out of range."""
-    misplaced = {
-        "--watch": opts.watch and sub != "status",
-        "--interval": opts.interval is not None and sub != "status",
-        "--sample": opts.sample is not None and sub != "status",
-        "--json": opts.json and sub not in ("status", "dead"),
-        "--limit": opts.limit is not None and sub != "dead",
-        "--requeue": opts.requeue is not None and sub != "dead",
-        "--purge": opts.purge is not None and sub != "dead",
-        "--file": bool(opts.file) and sub not in URL_SUBCOMMANDS,
-        "--yes": opts.yes and sub != "reset",
-        "--records": opts.records and sub != "reset",
-        "--bind": opts.bind is not None and sub not in SERVERS,
-        "--port": opts.port is not None and sub not in SERVERS,
-        "--all-crawls": opts.all_crawls and sub != "metrics",
-        "--allow-writes": opts.allow_writes and sub != "dashboard",
-        "--scrapy-redis": opts.scrapy_redis and sub != "seed",
-        "--pickle": opts.pickle and sub != FROM_SR,
-        "--seen-urls": opts.seen_urls is not None and sub != FROM_SR,
-        "--queue-key": opts.queue_key is not None and sub != FROM_SR,
-        "--dupefilter-key": opts.dupefilter_key is not None and sub != FROM_SR,
-        "--start-urls-key": opts.start_urls_key is not None and sub != FROM_SR,
-    }
-    bad = [name for name, wrong in misplaced.items() if wrong]
-    if bad:
-        raise UsageError(f"{', '.join(bad)} cannot be used with '{sub}'")
-    if opts.requeue is not None and opts.purge is not None:
-        raise UsageError("use --requeue or --purge, not both")
-    if sub not in URL_SUBCOMMANDS and len(rest) > 1:
-        raise UsageError(f"'{sub}' takes at most one CRAWL, got {' '.join(rest)}")
-    if ((opts.interval is not None and opts.interval <= 0)
-            or (opts.sample is not None and opts.sample < 0)
-            or (opts.limit is not None and opts.limit < 0)):
-        raise UsageError("--interval must be above 0, --sample and --limit at least 0")
-
-
-# -- resolving the crawl and its Redis -------------------------------------------------
-
-
 async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: Settings) -> int:
     config = LeasedConfig.from_settings(settings)  # a bad setting: before Redis is reached
     if sub == "status" or sub in SERVERS:
@@ -297,547 +241,3 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
         await client.aclose()
 
 
-def _concurrency(settings: Settings) -> int:
-    """CONCURRENT_REQUESTS, the capacity of a worker that did not record its own."""
-    return int(number_setting(settings, "CONCURRENT_REQUESTS", 16, minimum=1, integer=True,
-                              exclusive=False))
-
-
-def _looks_like_source(arg: str) -> bool:
-    return arg == "-" or "://" in arg
-
-
-def _redis_url(opts: argparse.Namespace, config: LeasedConfig,
-               start_embedded: bool) -> tuple[str, str]:
-    if opts.redis_url:
-        try:
-            return check_redis_url(opts.redis_url, "--redis-url"), "--redis-url"
-        except LeasedConfigError as exc:
-            raise CommandError(str(exc)) from None
-    if config.redis_url:
-        return config.redis_url, "LEASED_REDIS_URL"
-    from .._redis.embedded import EmbeddedRedisError
-
-    source = f"embedded Redis in {config.embedded_dir}"
-    try:  # a running one (or restarted from its data), else (seed) start it
-        url, _ = crawl_redis_url(config, start=False)
-        if url is None and start_embedded:
-            url, _ = crawl_redis_url(config)
-    except EmbeddedRedisError as exc:
-        raise CommandError(str(exc).splitlines()[0]) from None
-    if url is None:
-        raise CommandError(
-            f"no Redis to read: LEASED_REDIS_URL is not set and no embedded Redis runs in "
-            f"{config.embedded_dir}; pass --redis-url URL, or run this in the project "
-            f"directory of the workers")
-    return url, source
-
-
-async def _crawl_id(arg: str | None, settings: Settings, config: LeasedConfig,
-                    client: Any) -> str:
-    if arg is not None:
-        try:
-            return check_crawl_id(arg, "CRAWL")
-        except LeasedConfigError as exc:
-            raise CommandError(str(exc)) from None
-    if config.crawl_id:
-        return config.crawl_id
-    from scrapy.spiderloader import get_spider_loader
-
-    spiders = sorted(get_spider_loader(settings).list())
-    if len(spiders) == 1:
-        return spiders[0]
-    crawls = await FleetAdmin.list_crawls(client)
-    where = (f"this project has {len(spiders)} spiders ({', '.join(spiders)})" if spiders
-             else "no project spider to take it from")
-    raise CommandError(f"name the crawl: {where} and LEASED_CRAWL_ID is not set; crawls "
-                       f"in this Redis: {', '.join(crawls) or 'none'}")
-
-
-# -- metrics, dashboard ---------------------------------------------------------------
-
-
-async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
-                 settings: Settings, config: LeasedConfig, client: Any, where: str) -> int:
-    try:
-        from ..observe.reader import FleetReader
-        from ..observe.server import dashboard_app, metrics_app, serve
-        if sub == "metrics":  # prometheus-client installed?
-            import_module("..observe.metrics", __package__)
-    except ImportError as exc:
-        raise CommandError(str(exc)) from None
-    crawl: str | None = crawl_arg
-    if crawl is None and not opts.all_crawls:
-        try:
-            crawl = await _crawl_id(None, settings, config, client)
-        except CommandError:
-            crawl = None  # no default crawl: every crawl of this Redis
-    if crawl is not None and not CRAWL_ID_RE.match(crawl):
-        raise CommandError(f"CRAWL ({crawl!r}) must be a crawl id without spaces or braces")
-    try:
-        budgets = Budgets.from_settings(settings)
-    except LeasedConfigError as exc:
-        raise CommandError(str(exc)) from None
-    only = [crawl] if sub == "metrics" and crawl is not None else None
-    reader = FleetReader(client, where, budgets, worker_ttl_ms=int(config.worker_ttl * 1000),
-                         lease_ms=config.lease_ms, max_attempts=config.max_attempts,
-                         default_capacity=_concurrency(settings), only=only)
-    if sub == "metrics":
-        app, port, what = metrics_app(reader), METRICS_PORT, "Prometheus metrics"
-    else:
-        app, port, what = dashboard_app(reader, crawl, opts.allow_writes), DASHBOARD_PORT, (
-            "Dashboard" + (" (writes allowed)" if opts.allow_writes else " (read-only)"))
-    bind = BIND if opts.bind is None else opts.bind
-    port = port if opts.port is None else opts.port
-    try:
-        await serve(app, bind, port, what)
-    except OSError as exc:
-        raise CommandError(f"cannot listen on {bind}:{port}: {exc.strerror}") from None
-    return 0
-
-
-# -- status ---------------------------------------------------------------------------
-
-
-async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Settings,
-                  where: str, budgets: Budgets) -> int:
-    default_cap = _concurrency(settings)
-    if not opts.watch:
-        sample = SAMPLE_SECONDS if opts.sample is None else opts.sample
-        prev = None
-        if sample > 0:
-            prev = await admin.snapshot(workers=False, memory=False)
-            await asyncio.sleep(sample)
-        cur = await admin.snapshot()
-        warnings = status_warnings(cur, prev, default_cap)
-        _print_status(cur, prev, warnings, opts.json, where, budgets)
-        return 0
-    trend = WATCH_TREND_SECONDS if opts.sample is None else opts.sample
-    interval = WATCH_INTERVAL_SECONDS if opts.interval is None else opts.interval
-    history: deque[Snapshot] = deque()
-    # Ctrl-C ends the watch once the redraw in progress is done: handled here rather
-    # than by cancelling the task (asyncio.run's way), which a Redis call in flight can
-    # lose, leaving the command running after Ctrl-C.
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            cur = await admin.snapshot()
-        except Exception as exc:  # keep watching through a Redis restart
-            line = f"cannot read Redis at {where}: {type(exc).__name__}: {exc}"
-            print(json.dumps({"error": line}) if opts.json else CLEAR + line, flush=True)
-        else:
-            while len(history) > 1 and (cur.now_ms - history[1].now_ms) / 1000 >= trend:
-                history.popleft()  # keep the newest sample at least `trend` old, if any
-            prev = history[0] if history and trend > 0 else None
-            history.append(cur)
-            warnings = status_warnings(cur, prev, default_cap)
-            if not opts.json:
-                sys.stdout.write(CLEAR)
-            _print_status(cur, prev, warnings, opts.json, where, budgets)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(),
-                                   max(0.0, interval - (time.monotonic() - started)))
-    return 0
-
-
-def _print_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
-                  as_json: bool, where: str, budgets: Budgets) -> None:
-    if as_json:
-        print(json.dumps(status_doc(cur, prev, warnings, where, budgets)), flush=True)
-        return
-    print(render_status(cur, prev, warnings, where, budgets), flush=True)
-
-
-# -- dead letters ---------------------------------------------------------------------
-
-
-async def _dead(admin: FleetAdmin, opts: argparse.Namespace) -> int:
-    crawl = admin.keys.crawl_id
-    action = "requeue" if opts.requeue is not None else "purge" if opts.purge is not None \
-        else None
-    if action is None:
-        limit = DEAD_LIMIT if opts.limit is None else opts.limit
-        total, letters = await admin.dead_letters(limit=limit or None)
-        if opts.json:
-            print(json.dumps({"crawl": crawl, "dead": total,
-                              "letters": [d.to_dict() for d in letters]}))
-        else:
-            print(render_dead(crawl, total, letters))
-        return 0
-    urls = opts.requeue if action == "requeue" else opts.purge
-    for url in urls:
-        if "://" not in url:
-            raise CommandError(f"not a URL: {url!r} (name the crawl before --{action})")
-    if urls:
-        _, letters = await admin.dead_letters(urls=urls)
-        missing = sorted(set(urls) - {d.url for d in letters})
-        if not letters:  # nothing to do: one error, no "purged 0" before it
-            raise CommandError(f"not in the dead letters of crawl {crawl!r}: "
-                               f"{' '.join(missing)}")
-    else:
-        _, letters = await admin.dead_letters()
-        missing = []
-    if action == "requeue":
-        result = await admin.requeue_dead(letters)
-        print(f"requeued {n_of(result.requeued, 'dead letter')} of crawl {crawl!r} "
-              f"(attempts reset to 0)"
-              + (f"; {result.already_done:,} were done meanwhile (dropped)"
-                 if result.already_done else "")
-              + (f"; {result.unreadable:,} unreadable kept (--purge them)"
-                 if result.unreadable else ""))
-        if result.dropped:
-            raise CommandError(
-                f"{n_of(result.dropped, 'dropped request')} of crawl {crawl!r} not requeued: "
-                "never queued, they could not be stored (their reason names the meta or "
-                "cb_kwargs key and the fix), and what was kept of them is not the request "
-                "the spider made. Fix the spider, seed their URLs again (scrapy leased "
-                "seed), then --purge them")
-    else:
-        purged = await admin.purge_dead(letters if urls else None)
-        print(f"purged {n_of(purged, 'dead letter')} of crawl {crawl!r}")
-    if missing:
-        raise CommandError(f"not in the dead letters of crawl {crawl!r}: {' '.join(missing)}")
-    return 0
-
-
-# -- seeding --------------------------------------------------------------------------
-
-
-def _read_urls(sources: list[str], files: list[str]) -> list[str]:
-    lines: list[str] = []
-    for name in files + [s for s in sources if s == "-"]:
-        try:
-            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CommandError(f"cannot read {name}: {exc.strerror}") from None
-        lines += text.splitlines()
-    lines += [s for s in sources if s != "-"]
-    return [u.strip() for u in lines if u.strip() and not u.lstrip().startswith("#")]
-
-
-def _packed(lines: list[str], settings: Settings, config: LeasedConfig,
-            what: str, scrapy_redis: bool = False) -> list[NewRequest]:
-    """Each line (a URL, or a JSON request in the feed's format: feed/format.py; with
-    ``scrapy_redis``, in RedisSpider's: format.py parse_scrapy_redis_entry) as the
-    frontier queues it: its seen-set entry is Scrapy's fingerprint
-    (REQUEST_FINGERPRINTER_CLASS), as a worker computes it."""
-    from ..feed.crawl import to_feed_request
-    from ..feed.format import FeedEntryError, parse_scrapy_redis_entry
-    from ..feed.packer import RequestPacker
-
-    if not lines:
-        raise CommandError(f"nothing to {what}: give URLs, -f FILE or - (stdin)")
-    packer = RequestPacker.from_settings(settings, config)
-    requests = []
-    for i, line in enumerate(lines):
-        try:
-            if scrapy_redis:
-                try:
-                    fed = parse_scrapy_redis_entry(line)
-                except FeedEntryError as exc:
-                    raise FeedEntryError(f"request {i + 1}: {exc}") from None
-            else:
-                fed = to_feed_request(line, i + 1)
-            requests.append(packer.pack(fed.request, fed.names))
-        except ValueError as exc:  # FeedEntryError, PayloadError
-            raise CommandError(f"{exc}; nothing done") from None
-        except RecursionError:
-            raise CommandError(f"request {i + 1}: nested too deeply; nothing done") from None
-    return requests
-
-
-async def _seed(admin: FleetAdmin, lines: list[str], requests: list[NewRequest],
-                config: LeasedConfig) -> int:
-    try:
-        queued = await admin.seed(requests, config.seen_bucket_bits, config.seen_ttl_ms)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    n = sum(queued)
-    print(f"seeded crawl {admin.keys.crawl_id!r}: {n_of(len(lines), 'URL')}, {n:,} queued, "
-          f"{len(lines) - n:,} already seen")
-    return 0
-
-
-async def _forget(admin: FleetAdmin, urls: list[str], requests: list[NewRequest],
-                  config: LeasedConfig) -> int:
-    entries = [(r.bucket, r.member) for r in requests
-               if r.bucket is not None]  # (dont_filter: never in the seen set)
-    try:
-        await admin.frontier.check_layout(config.seen_bucket_bits, config.seen_ttl_ms)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    forgotten = await admin.forget(entries)
-    n = sum(forgotten)
-    print(f"forgot {n:,} of {n_of(len(urls), 'URL')} of crawl {admin.keys.crawl_id!r} "
-          f"({len(urls) - n:,} not seen); each is queued again the next time it is sent "
-          f"(a new run's start requests, a link, scrapy leased seed). A worker running now "
-          f"may still skip one it remembers (LEASED_SEEN_CACHE): start workers afterwards")
-    return 0
-
-
-# -- pause, resume, stop --------------------------------------------------------------
-
-
-async def _control(admin: FleetAdmin, sub: str, config: LeasedConfig) -> int:
-    from ..scheduler import STOP_REASON  # (imports the worker's side: only here)
-
-    crawl = admin.keys.crawl_id
-    state = CONTROL[sub]
-    by = f"scrapy leased {sub} ({socket.gethostname()}:{os.getpid()})"
-    prev, since, now = await admin.set_control(state, by)
-    snap = await admin.snapshot(memory=False)
-    alive = sum(1 for w in snap.workers if w.alive)
-    was = f"was {prev}" + (f" for {age_text(max(0, now - since) / 1000)}" if since else "")
-    print(f"crawl {crawl!r}: {state} ({was}); {n_of(alive, 'worker')} alive")
-    heard = (f"each worker sees it at its next claim or heartbeat (within "
-             f"{config.renew_interval:g} s, LEASED_RENEW_INTERVAL), and so does a worker "
-             f"started later")
-    if state == PAUSED:
-        print(f"  {heard}: it claims and starts nothing new, finishes what it started and "
-              f"keeps its leases; `scrapy leased resume` continues")
-    elif state == STOPPING:
-        print(f"  {heard}: it finishes and acks what it started, gives back the rest and "
-              f"exits with close reason {STOP_REASON!r}; workers started before `scrapy "
-              f"leased resume` close at once with it")
-    else:
-        print("  workers claim again at their next claim or heartbeat; a stopped fleet "
-              "continues where it stopped when workers are started again")
-    return 0
-
-
-# -- reset ----------------------------------------------------------------------------
-
-
-async def _reset(admin: FleetAdmin, opts: argparse.Namespace, where: str,
-                 records_prefix: str) -> int:
-    crawl = admin.keys.crawl_id
-    keys = await admin.crawl_keys()
-    records = [] if opts.records else [k for k in keys
-                                       if admin.keys.is_records(k, records_prefix)]
-    if not opts.yes:
-        keeping = (f", keeping {n_of(len(records), 'records hash')} of UpsertPipeline "
-                   f"(--records deletes them too)" if records else "")
-        raise CommandError(f"reset deletes {n_of(len(keys) - len(records), 'key')} of crawl "
-                           f"{crawl!r} ({admin.keys.prefix}*) in {where}{keeping}: add --yes")
-    snap = await admin.snapshot(memory=False)
-    alive = [w for w in snap.workers if w.alive and not w.process_gone()]
-    if alive:
-        youngest = min(w.heartbeat_age_s for w in alive)
-        raise CommandError(
-            f"{n_of(len(alive), 'worker')} of crawl {crawl!r} alive (last heartbeat "
-            f"{age_text(youngest)} ago): stop them first (a worker killed on another machine "
-            f"counts as alive until its heartbeat is older than LEASED_WORKER_TTL)")
-    deleted, kept = await admin.reset(records=opts.records, records_prefix=records_prefix)
-    print(f"deleted {n_of(deleted, 'key')} of crawl {crawl!r} ({admin.keys.prefix}*)"
-          + (f"; kept {n_of(kept, 'records hash')} of UpsertPipeline "
-             f"({admin.keys.prefix}{records_prefix}:*; --records deletes them too)"
-             if kept else ""))
-    return 0
-
-
-# -- embedded -------------------------------------------------------------------------
-
-
-def _embedded(rest: list[str], opts: argparse.Namespace, settings: Settings) -> int:
-    """``embedded status | stop``: the project's embedded Redis server (LEASED_EMBEDDED_DIR),
-    whatever LEASED_REDIS_URL says. It stops by itself once no worker or command uses
-    it; ``stop`` stops it now (its data stays for a later crawl)."""
-    if len(rest) != 1 or rest[0] not in EMBEDDED_ACTIONS:
-        got = f"got {' '.join(rest)!r}" if rest else "missing"
-        raise UsageError(f"embedded takes one of {', '.join(EMBEDDED_ACTIONS)}: {got}")
-    _check_options("embedded", [], opts)
-    if opts.redis_url:
-        raise UsageError("--redis-url cannot be used with 'embedded'")
-    from .._redis.embedded import EmbeddedRedisError, embedded_state, stop_embedded_redis
-
-    try:
-        config = LeasedConfig.from_settings(settings)
-        state = embedded_state(config.embedded_dir)
-        where = f"embedded Redis in {state.data_dir}"
-        data = "its data stays there" if state.has_data else "no crawl data there"
-        if state.url is None:
-            print(f"{where}: not running ({data})")
-            return 0
-        pid = f"pid {state.pid}" if state.pid is not None else "pid unknown"
-        used = ("used by an unknown number of processes" if state.users is None else
-                f"used by {len(state.users)} process{'' if len(state.users) == 1 else 'es'}"
-                + (f" (pids {', '.join(map(str, state.users))})" if state.users else ""))
-        if rest[0] == "status":
-            print(f"{where}: running at {state.url} ({pid}), {used}; it stops by itself "
-                  f"once no worker or command uses it")
-            return 0
-        if state.users:
-            print(f"Warning: stopping it under {len(state.users)} process(es) that use it "
-                  f"(pids {', '.join(map(str, state.users))}): they lose their Redis",
-                  file=sys.stderr)
-        stopped = stop_embedded_redis(config.embedded_dir)
-    except (LeasedConfigError, EmbeddedRedisError) as exc:
-        print(f"Error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 1
-    print(f"Stopped the {where} ({pid}); {data}, a later crawl resumes it" if stopped
-          else f"{where}: not running ({data})")
-    return 0
-
-
-# -- from scrapy-redis ----------------------------------------------------------------
-
-
-async def _scrapy_redis_hint(client: Any, crawl: str, settings: Settings,
-                             exists: bool) -> str | None:
-    """The warning that the crawl's spider (named as the crawl) has scrapy-redis state
-    in this Redis (fromscrapyredis.py), or None."""
-    from .. import fromscrapyredis
-
-    try:
-        found = await fromscrapyredis.find(client, fromscrapyredis.SourceKeys.of(crawl, settings))
-    except RedisError:
-        return None
-    return fromscrapyredis.warning(found, crawl, exists)
-
-
-async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Settings,
-                             config: LeasedConfig) -> int:
-    """Move a stopped scrapy-redis crawl of SPIDER into the crawl (LEASED_CRAWL_ID, else
-    SPIDER): mark --seen-urls seen first, then its queue and RedisSpider start URLs are
-    pushed as ``seed`` pushes (dedupe, lanes) and each batch removed from its key once
-    the crawl has it; its dupefilter is left alone (its fingerprints are not Scrapy's)."""
-    from scrapy.spiderloader import get_spider_loader
-
-    from .. import fromscrapyredis as fsr
-
-    try:
-        spidercls = get_spider_loader(settings).load(spider)
-    except KeyError:
-        raise CommandError(f"no spider named {spider!r} in this project: run this in the "
-                           f"project directory of the scrapy-redis spider (its callbacks "
-                           f"are found on its class)") from None
-    crawl = config.crawl_id or check_crawl_id(spider, "SPIDER")
-    source = fsr.SourceKeys.of(spider, settings, queue=opts.queue_key,
-                               dupefilter=opts.dupefilter_key, start_urls=opts.start_urls_key)
-    seen_lines, seen = _seen_urls(opts, settings, config)
-    if opts.pickle:
-        print("Warning: --pickle: each queue entry is unpickled, and unpickling runs "
-              "whatever code the entry names: do this only with a Redis whose writers you "
-              "trust", file=sys.stderr)
-    url, where = _redis_url(opts, config, start_embedded=False)
-    client = make_client(url)
-    try:
-        try:
-            await client.ping()
-        except Exception as exc:
-            raise CommandError(f"cannot reach Redis at {redact(url)} ({where}): "
-                               f"{type(exc).__name__}: {exc}") from None
-        found = {f.role: f for f in await fsr.find(client, source)}
-        if not found and not seen:
-            raise CommandError(
-                f"no scrapy-redis state of spider {spider!r} in Redis at {redact(url)}: no "
-                f"key {source.queue}, {source.start_urls} or {source.dupefilter} (other "
-                f"names: --queue-key, --start-urls-key, --dupefilter-key)")
-        admin = FleetAdmin(client, CrawlKeys(crawl), lease_ms=config.lease_ms,
-                           max_attempts=config.max_attempts)
-        sources, pack = await _checked_sources(client, source, settings, config, opts,
-                                               spidercls)
-        try:
-            if seen:
-                added = await mark_seen(
-                    admin, [(r.bucket, r.member) for r in seen if r.bucket is not None],
-                    config.seen_bucket_bits, config.seen_ttl_ms)
-                print(f"crawl {crawl!r}: marked {n_of(len(seen_lines), 'URL')} seen "
-                      f"({sum(added):,} new, {len(added) - sum(added):,} seen already)")
-            for (key, kind), what in zip(sources, ("queued request", "start URL")):
-                if kind != "none":
-                    await _move_source(client, admin, config, crawl, (key, kind, what), pack)
-        except ValueError as exc:  # a seen-set layout the crawl was started with another
-            raise CommandError(str(exc)) from None
-        _print_left(found.get("dupefilter"), sources, source)
-        return 0
-    finally:
-        await client.aclose()
-
-
-def _print_left(df: Any, sources: list[tuple[str, str]], source: Any) -> None:
-    """What a migration leaves: the scrapy-redis dupefilter, or nothing pending."""
-    if df is not None:
-        print(f"kept {df.key} ({df.size:,} fingerprints): scrapy-redis's own SHA1 of "
-              f"each request, not Scrapy's fingerprints, so it cannot be carried over "
-              f"(--seen-urls marks crawled URLs seen instead); delete it once done "
-              f"(redis-cli DEL {df.key})")
-    if all(kind == "none" for _, kind in sources):
-        print(f"nothing pending in {source.queue} or {source.start_urls}")
-
-
-def _seen_urls(opts: argparse.Namespace, settings: Settings, config: LeasedConfig
-               ) -> tuple[list[str], list[NewRequest]]:
-    """The URLs of --seen-urls and their requests (fingerprinted), read before Redis is
-    reached."""
-    if opts.seen_urls is None:
-        return [], []
-    lines = _read_urls([], [opts.seen_urls])
-    if not lines:
-        raise CommandError(f"--seen-urls {opts.seen_urls}: no URL in it")
-    return lines, _packed(lines, settings, config, "mark seen")
-
-
-async def _checked_sources(client: Any, source: Any, settings: Settings, config: LeasedConfig,
-                           opts: argparse.Namespace, spidercls: type
-                           ) -> tuple[list[tuple[str, str]], Callable[[str, list[bytes]],
-                                                                      list[NewRequest]]]:
-    """The scrapy-redis queue and start-URL keys with their types, and how to pack a
-    batch of each; every entry read and checked before anything is written (a batch at
-    a time), else CommandError (nothing done)."""
-    from .. import fromscrapyredis as fsr
-    from ..feed.packer import RequestPacker
-
-    packer = RequestPacker.from_settings(settings, config)
-    try:
-        sources = [(source.queue, await fsr.source_type(client, source.queue)),
-                   (source.start_urls, await fsr.source_type(client, source.start_urls))]
-        loads: Any = None
-        if sources[0][1] != "none":
-            loads = fsr.serializer_of(settings, opts.pickle)
-
-        def pack(key: str, raw: list[bytes]) -> list[NewRequest]:
-            if key == source.queue:
-                return fsr.pack_queue(raw, loads, spidercls, packer, key)
-            return fsr.pack_start_urls(raw, packer, key)
-
-        for key, kind in sources:
-            if kind != "none":
-                async for part in fsr.every_entry(client, key, kind):
-                    pack(key, part)
-    except fsr.MigrationError as exc:
-        raise CommandError(f"{exc}; nothing done") from None
-    return sources, pack
-
-
-async def _move_source(client: Any, admin: FleetAdmin, config: LeasedConfig, crawl: str,
-                       what: tuple[str, str, str],
-                       pack: Callable[[str, list[bytes]], list[NewRequest]]) -> None:
-    """Move the entries of one scrapy-redis key (``what``: key, its type, what an entry
-    is) into the crawl, a batch at a time: pushed, then removed from the key."""
-    from .. import fromscrapyredis as fsr
-
-    key, kind, noun = what
-    moved = new = 0
-    while True:
-        raw = await fsr.next_entries(client, key, kind)
-        if not raw:
-            break
-        try:
-            packed = pack(key, raw)
-        except fsr.MigrationError as exc:  # written meanwhile: stop here
-            raise CommandError(f"{exc}; {moved:,} moved before it, the rest "
-                               f"left in {key}") from None
-        # the crawl has the batch before it leaves the source (a crash between the two: a
-        # re-run pushes this batch again, deduplicated but for its dont_filter requests)
-        new += sum(await admin.seed(packed, config.seen_bucket_bits, config.seen_ttl_ms))
-        if not await fsr.remove_source(client, key, kind, raw):
-            raise CommandError(f"{key}: the entries moved could not be removed from it "
-                               f"(changed meanwhile? stop every scrapy-redis worker "
-                               f"first); {moved:,} moved")
-        moved += len(raw)
-    if moved:
-        print(f"crawl {crawl!r}: moved {n_of(moved, noun)} from {key} ({new:,} queued, "
-              f"{moved - new:,} seen already); removed from {key}")

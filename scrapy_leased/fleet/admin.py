@@ -7,7 +7,7 @@ one Lua script in ``lua/`` (``requeue_dead.lua``, ``purge_dead.lua``) or goes th
 ``Frontier.commit`` (seeding), so it is atomic and keeps the crawl's invariants.
 ``diagnose`` (diagnose.py) turns two snapshots into warnings.
 
-Used by ``scrapy leased`` (``commands/leased.py``), the workers' fleet log line
+Used by ``scrapy leased`` (``commands/``), the workers' fleet log line
 (``scrapy_leased/logstats.py``) and the observers (``observe/``). Everything
 here is asynchronous (redis.asyncio), like ``Frontier``; it knows nothing of Scrapy.
 """
