@@ -49,24 +49,26 @@ def _keeps(codec: Codec, spider: Spider | None, url: str, meta: dict[Any, Any] |
     return True
 
 
+def _storable(codec: Codec, spider: Spider | None, where: str, values: dict[Any, Any],
+              removed: list[str]) -> dict[Any, Any]:
+    """The entries of ``values`` (a request's ``where``: meta or cb_kwargs) the codec can
+    store; the others are named in ``removed``, as ``meta['key']``."""
+    kept: dict[Any, Any] = {}
+    for k, v in values.items():
+        if _keeps(codec, spider, "http://example.invalid/", **{where: {k: v}}):
+            kept[k] = v
+        else:
+            removed.append(safe_text(f"{where}[{k!r}]"))
+    return kept
+
+
 def salvage(codec: Codec, request: Request, spider: Spider | None
             ) -> tuple[str | None, list[str], str]:
     """(the request encoded without what cannot be stored, or None; the meta and
     cb_kwargs keys removed, as ``meta['key']``; a note when nothing could be kept)."""
-    url = "http://example.invalid/"
     removed: list[str] = []
-    meta: dict[Any, Any] = {}
-    for k, v in request.meta.items():
-        if _keeps(codec, spider, url, meta={k: v}):
-            meta[k] = v
-        else:
-            removed.append(safe_text(f"meta[{k!r}]"))
-    cb_kwargs: dict[Any, Any] = {}
-    for k, v in request.cb_kwargs.items():
-        if _keeps(codec, spider, url, cb_kwargs={k: v}):
-            cb_kwargs[k] = v
-        else:
-            removed.append(safe_text(f"cb_kwargs[{k!r}]"))
+    meta = _storable(codec, spider, "meta", request.meta, removed)
+    cb_kwargs = _storable(codec, spider, "cb_kwargs", request.cb_kwargs, removed)
     try:
         payload = codec.encode(request.replace(meta=meta, cb_kwargs=cb_kwargs), spider)
     except (PayloadError, ValueError, TypeError) as exc:

@@ -1,6 +1,7 @@
 """Shared fixtures for the scrapy_leased tests.
 
 redis_server   session  RedisServer, no AOF (share it; keep tests apart with crawl_id)
+redis_fresh    function RedisServer of the test's own, no AOF
 redis_aof      function RedisServer with AOF (appendfsync always), for restart/crash tests
 crawl_id       function unique crawl id string, "t-<testname>-<random>"
 site           function Site(pages=200), started
@@ -43,7 +44,7 @@ def pytest_runtest_makereport(item, call):
 #: session's): a test that uses one, directly or through another fixture, is an
 #: ``integration`` test; every other test is ``unit``
 _INTEGRATION_FIXTURES = frozenset({
-    "redis_server", "redis_aof", "make_site", "site", "make_site_process", "start_worker",
+    "redis_server", "redis_aof", "redis_fresh", "make_site", "site", "make_site_process", "start_worker",
     "worker", "target", "server", "tls_sentinel_group", "tls_cluster", "small_cluster",
     "sentinel_group", "one_sentinel", "one_node_cluster", "cluster", "browser", "login_site",
     "seeded",
@@ -75,13 +76,23 @@ def redis_server():
         srv.close()
 
 
-@pytest.fixture
-def redis_aof():
-    srv = RedisServer(appendonly=True).start()
+def _own_server(appendonly: bool):
+    srv = RedisServer(appendonly=appendonly).start()
     try:
         yield srv
     finally:
         srv.close()
+
+
+@pytest.fixture
+def redis_fresh():
+    """A RedisServer of the test's own, no AOF: for a test whose keys have fixed names."""
+    yield from _own_server(appendonly=False)
+
+
+@pytest.fixture
+def redis_aof():
+    yield from _own_server(appendonly=True)
 
 
 @pytest.fixture

@@ -111,15 +111,6 @@ def loads(s):
 
 
 @pytest.fixture
-def redis_srv():
-    srv = RedisServer(appendonly=False).start()
-    try:
-        yield srv
-    finally:
-        srv.close()
-
-
-@pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "srproj"
     (root / "srproj" / "spiders").mkdir(parents=True)
@@ -147,15 +138,15 @@ def paths(entries: list[dict[str, Any]]) -> list[str]:
     return [e["path"] for e in entries]
 
 
-def stopped_scrapy_redis_crawl(project: Path, redis_srv: RedisServer,
+def stopped_scrapy_redis_crawl(project: Path, redis_fresh: RedisServer,
                                site: Any) -> tuple[list[str], list[str]]:
     """Run the scrapy-redis crawl until CLOSESPIDER_PAGECOUNT stops it; the paths it
     fetched and the URLs left in its (pickled, priority) queue."""
-    r = run(project, redis_srv.url, "scrapy-redis", "crawl", SPIDER, "-a",
+    r = run(project, redis_fresh.url, "scrapy-redis", "crawl", SPIDER, "-a",
             f"start={site.url}/p/0", "-s", "CLOSESPIDER_PAGECOUNT=8")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "closespider_pagecount" in r.stderr, r.stderr[-3000:]
-    client = redis_srv.client()
+    client = redis_fresh.client()
     assert client.type(f"{SPIDER}:requests") == b"zset"
     assert client.scard(f"{SPIDER}:dupefilter") > 0
     pending = [pickle.loads(m)["url"] for m in client.zrange(f"{SPIDER}:requests", 0, -1)]
@@ -165,31 +156,31 @@ def stopped_scrapy_redis_crawl(project: Path, redis_srv: RedisServer,
     return fetched, pending
 
 
-def test_scrapy_redis_crawl_moved(project: Path, redis_srv: RedisServer, make_site,
+def test_scrapy_redis_crawl_moved(project: Path, redis_fresh: RedisServer, make_site,
                                   tmp_path: Path) -> None:
     site = make_site(pages=60)
-    fetched, pending = stopped_scrapy_redis_crawl(project, redis_srv, site)
+    fetched, pending = stopped_scrapy_redis_crawl(project, redis_fresh, site)
     # a URL fetched before that is pending in the queue too (linked again): the seen list
     # wins, it is not fetched again
     pending_paths = {urlsplit(u).path for u in pending}
 
     # status names the keys and the command (the crawl does not exist yet)
-    r = run(project, redis_srv.url, "leased", "leased", "status", SPIDER, "--sample", "0")
+    r = run(project, redis_fresh.url, "leased", "leased", "status", SPIDER, "--sample", "0")
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert f"{SPIDER}:requests (zset" in r.stderr and f"{SPIDER}:dupefilter (set" in r.stderr
     assert f"scrapy leased from-scrapy-redis {SPIDER} --pickle" in r.stderr
 
     # without --pickle: refused, the flag named, nothing moved
-    r = run(project, redis_srv.url, "leased", "leased", "from-scrapy-redis", SPIDER)
+    r = run(project, redis_fresh.url, "leased", "leased", "from-scrapy-redis", SPIDER)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "--pickle" in r.stderr and "nothing done" in r.stderr
-    client = redis_srv.client()
+    client = redis_fresh.client()
     assert client.zcard(f"{SPIDER}:requests") == len(pending)
 
     seen_file = tmp_path / "crawled.txt"
     seen_urls = sorted({site.url + p for p in fetched})
     seen_file.write_text("# exported from the item store\n" + "\n".join(seen_urls) + "\n")
-    r = run(project, redis_srv.url, "leased", "leased", "from-scrapy-redis", SPIDER,
+    r = run(project, redis_fresh.url, "leased", "leased", "from-scrapy-redis", SPIDER,
             "--pickle", "--seen-urls", str(seen_file))
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "unpickling runs" in r.stderr
@@ -200,18 +191,18 @@ def test_scrapy_redis_crawl_moved(project: Path, redis_srv: RedisServer, make_si
     assert client.exists(f"{SPIDER}:dupefilter")  # left alone
 
     # a re-run finds nothing left to move and changes nothing
-    r = run(project, redis_srv.url, "leased", "leased", "from-scrapy-redis", SPIDER,
+    r = run(project, redis_fresh.url, "leased", "leased", "from-scrapy-redis", SPIDER,
             "--pickle", "--seen-urls", str(seen_file))
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "(0 new" in r.stdout and "nothing pending" in r.stdout, r.stdout
 
     # status: no warning any more (the crawl exists, nothing pending in scrapy-redis)
-    r = run(project, redis_srv.url, "leased", "leased", "status", SPIDER, "--sample", "0")
+    r = run(project, redis_fresh.url, "leased", "leased", "status", SPIDER, "--sample", "0")
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "scrapy-redis" not in r.stderr
 
     site.clear_log()
-    r = run(project, redis_srv.url, "leased", "crawl", SPIDER, timeout=180)
+    r = run(project, redis_fresh.url, "leased", "crawl", SPIDER, timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Spider closed (finished)" in r.stderr, r.stderr[-3000:]
     assert "scrapy-redis state" not in r.stderr
@@ -228,13 +219,13 @@ def test_scrapy_redis_crawl_moved(project: Path, redis_srv: RedisServer, make_si
     assert "NotImplementedError" not in r.stderr
 
 
-def test_worker_warns_of_a_scrapy_redis_queue(project: Path, redis_srv: RedisServer,
+def test_worker_warns_of_a_scrapy_redis_queue(project: Path, redis_fresh: RedisServer,
                                               make_site) -> None:
     """The issue's case: the add-on on a spider with a scrapy-redis queue in its Redis
     crawled nothing without a word; now a WARNING names the keys and the command."""
     site = make_site(pages=40)
-    stopped_scrapy_redis_crawl(project, redis_srv, site)
-    r = run(project, redis_srv.url, "leased", "crawl", SPIDER)
+    stopped_scrapy_redis_crawl(project, redis_fresh, site)
+    r = run(project, redis_fresh.url, "leased", "crawl", SPIDER)
     assert r.returncode == 0, r.stderr[-3000:]
     warnings = [line for line in r.stderr.splitlines()
                 if "WARNING" in line and "scrapy-redis state" in line]
@@ -243,21 +234,21 @@ def test_worker_warns_of_a_scrapy_redis_queue(project: Path, redis_srv: RedisSer
     assert f"scrapy leased from-scrapy-redis {SPIDER} --pickle" in warnings[0]
 
 
-def test_json_serializer_needs_no_pickle(project: Path, redis_srv: RedisServer,
+def test_json_serializer_needs_no_pickle(project: Path, redis_fresh: RedisServer,
                                          make_site) -> None:
     """A JSON SCHEDULER_SERIALIZER (a module with loads and dumps, as scrapy-redis takes
     it): read without --pickle; RedisSpider start entries are moved too."""
     site = make_site(pages=30)
-    r = run(project, redis_srv.url, "scrapy-redis", "crawl", SPIDER, "-a",
+    r = run(project, redis_fresh.url, "scrapy-redis", "crawl", SPIDER, "-a",
             f"start={site.url}/p/0", "-s", "CLOSESPIDER_PAGECOUNT=4",
             "-s", "SCHEDULER_SERIALIZER=srproj.jsonser")
     assert r.returncode == 0, r.stderr[-3000:]
-    client = redis_srv.client()
+    client = redis_fresh.client()
     n = client.zcard(f"{SPIDER}:requests")
     assert n > 0
     entry = json.dumps({"url": f"{site.url}/p/28", "meta": {"job": "1"}, "q": "x"})
     client.rpush(f"{SPIDER}:start_urls", f"{site.url}/p/29", entry)
-    r = run(project, redis_srv.url, "leased", "leased", "from-scrapy-redis", SPIDER,
+    r = run(project, redis_fresh.url, "leased", "leased", "from-scrapy-redis", SPIDER,
             "-s", "SCHEDULER_SERIALIZER=srproj.jsonser")
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "unpickling" not in r.stderr
@@ -286,20 +277,20 @@ def test_scrapy_redis_start_entries() -> None:
             parse_scrapy_redis_entry(bad)
 
 
-def test_seed_takes_scrapy_redis_entries(project: Path, redis_srv: RedisServer) -> None:
+def test_seed_takes_scrapy_redis_entries(project: Path, redis_fresh: RedisServer) -> None:
     """``seed --scrapy-redis`` reads RedisSpider entries; without it, their form fields
     are refused (unknown fields of the feed's format)."""
     entry = '{"url": "http://127.0.0.1:9/search", "method": "POST", "q": "x"}'
-    r = run(project, redis_srv.url, "leased", "leased", "seed", SPIDER, entry)
+    r = run(project, redis_fresh.url, "leased", "leased", "seed", SPIDER, entry)
     assert r.returncode == 1 and "unknown field 'q'" in r.stderr, r.stderr
-    r = run(project, redis_srv.url, "leased", "leased", "seed", SPIDER, "--scrapy-redis",
+    r = run(project, redis_fresh.url, "leased", "leased", "seed", SPIDER, "--scrapy-redis",
             entry)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "1 queued" in r.stdout
 
 
 @pytest.mark.parametrize("seen_ttl", [0, 3600])
-def test_mark_seen(redis_srv: RedisServer, seen_ttl: int) -> None:
+def test_mark_seen(redis_fresh: RedisServer, seen_ttl: int) -> None:
     """``--seen-urls`` marks fingerprints seen without queueing (lua/mark_seen.lua), as a
     worker's new request would be recorded: with LEASED_SEEN_TTL too (generations)."""
     import asyncio
@@ -314,13 +305,13 @@ def test_mark_seen(redis_srv: RedisServer, seen_ttl: int) -> None:
     from scrapy_leased.frontier import CrawlKeys
     from scrapy_leased.settings import LeasedConfig
 
-    settings = Settings({"LEASED_REDIS_URL": redis_srv.url, "LEASED_SEEN_TTL": seen_ttl})
+    settings = Settings({"LEASED_REDIS_URL": redis_fresh.url, "LEASED_SEEN_TTL": seen_ttl})
     config = LeasedConfig.from_settings(settings)
     packer = RequestPacker.from_settings(settings, config)
     old, new = (packer.pack(Request(f"https://example.com/{p}")) for p in ("old", "new"))
 
     async def go() -> tuple[list[bool], list[bool], list[bool], int]:
-        client = make_client(redis_srv.url)
+        client = make_client(redis_fresh.url)
         try:
             admin = FleetAdmin(client, CrawlKeys(f"marks{seen_ttl}"))
             assert old.bucket is not None
@@ -336,39 +327,39 @@ def test_mark_seen(redis_srv: RedisServer, seen_ttl: int) -> None:
 
     first, again, queued, todo = asyncio.run(go())
     assert (first, again, queued, todo) == ([True], [False], [False, True], 1)
-    assert redis_srv.client().hget(f"leased:{{marks{seen_ttl}}}:stats", "marked_seen") == b"1"
+    assert redis_fresh.client().hget(f"leased:{{marks{seen_ttl}}}:stats", "marked_seen") == b"1"
 
 
-def test_feed_in_scrapy_redis_format(project: Path, redis_srv: RedisServer, make_site) -> None:
+def test_feed_in_scrapy_redis_format(project: Path, redis_fresh: RedisServer, make_site) -> None:
     """LEASED_FEED_FORMAT = "scrapy-redis": a producer written for RedisSpider's start
     URLs pushes the same entries to the crawl's feed; the worker sends their form fields
     as FormRequest does (a GET's in the query, a POST's as an urlencoded body), and an
     entry the format refuses is a dead letter."""
     site = make_site(pages=5)
     feed = f"leased:{{{SPIDER}}}:feed"
-    client = redis_srv.client()
+    client = redis_fresh.client()
     client.rpush(feed, f"{site.url}/p/1",
                  json.dumps({"url": f"{site.url}/p/2", "q": "shoes", "meta": {"job": "7"}}),
                  json.dumps({"url": f"{site.url}/p/3", "method": "POST", "user": "a b"}),
                  json.dumps({"url": f"{site.url}/p/4", "n": 3}))
-    r = run(project, redis_srv.url, "leased", "crawl", SPIDER,
+    r = run(project, redis_fresh.url, "leased", "crawl", SPIDER,
             "-s", "LEASED_FEED_FORMAT=scrapy-redis")
     assert r.returncode == 0, r.stderr[-3000:]
     got = {(e["method"], e["path"], e.get("body")) for e in site.entries()}
     assert {("GET", "/p/1", None), ("GET", "/p/2?q=shoes", None),
             ("POST", "/p/3", "user=a+b")} <= got, got
     assert not any(path.startswith("/p/4") for _, path, _ in got)
-    r = run(project, redis_srv.url, "leased", "leased", "dead", SPIDER)
+    r = run(project, redis_fresh.url, "leased", "leased", "dead", SPIDER)
     assert r.returncode == 0 and "form field 'n'" in r.stdout, (r.stdout, r.stderr)
 
-    r = run(project, redis_srv.url, "leased", "crawl", SPIDER,
+    r = run(project, redis_fresh.url, "leased", "crawl", SPIDER,
             "-s", "LEASED_FEED_FORMAT=redis")
     assert r.returncode == 1 and "LEASED_FEED_FORMAT ('redis') must be one of" in r.stderr, \
         r.stderr[-3000:]
 
 
 def test_a_big_fifo_queue_and_an_unreadable_entry(project: Path,
-                                                  redis_srv: RedisServer) -> None:
+                                                  redis_fresh: RedisServer) -> None:
     """A FifoQueue (a LIST) of more entries than one batch moves whole; an entry that
     cannot be read (a callback the spider has not) stops the command before anything is
     written, naming it."""
@@ -381,7 +372,7 @@ def test_a_big_fifo_queue_and_an_unreadable_entry(project: Path,
             pass
 
     spider = PagesSpider()
-    client = redis_srv.client()
+    client = redis_fresh.client()
     key = f"{SPIDER}:requests"
     entries = [pickle.dumps(  # as scrapy-redis's queue encodes a request
         Request(f"http://127.0.0.1:9/p/{i}", callback=spider.parse_page, priority=i % 3)
@@ -390,13 +381,13 @@ def test_a_big_fifo_queue_and_an_unreadable_entry(project: Path,
     bad = Request("http://127.0.0.1:9/bad").to_dict()
     bad["callback"] = "no_such_method"
     client.lpush(key, pickle.dumps(bad))
-    r = run(project, redis_srv.url, "leased", "leased", "from-scrapy-redis", SPIDER, "--pickle")
+    r = run(project, redis_fresh.url, "leased", "leased", "from-scrapy-redis", SPIDER, "--pickle")
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "no_such_method" in r.stderr and "nothing done" in r.stderr, r.stderr
     assert client.llen(key) == 1201 and not client.keys("leased:*")
 
     client.lrem(key, 1, pickle.dumps(bad))
-    r = run(project, redis_srv.url, "leased", "leased", "from-scrapy-redis", SPIDER, "--pickle")
+    r = run(project, redis_fresh.url, "leased", "leased", "from-scrapy-redis", SPIDER, "--pickle")
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "moved 1,200 queued requests" in r.stdout and "(1,200 queued" in r.stdout, r.stdout
     assert not client.exists(key)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import UsageError
 
+from .._redis.url import redact
 from ..bootstrap import crawl_redis_url
 from ..fleet import FleetAdmin
 from ..frontier import PAUSED, RUNNING, STOPPING
@@ -169,3 +170,13 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
             or (opts.sample is not None and opts.sample < 0)
             or (opts.limit is not None and opts.limit < 0)):
         raise UsageError("--interval must be above 0, --sample and --limit at least 0")
+
+
+async def check_reached(client: Any, url: str, where: str) -> None:
+    """PING ``client``; a CommandError naming ``url`` (redacted) and where it came from
+    when Redis cannot be reached."""
+    try:
+        await client.ping()
+    except Exception as exc:
+        raise CommandError(f"cannot reach Redis at {redact(url)} ({where}): "
+                           f"{type(exc).__name__}: {exc}") from None

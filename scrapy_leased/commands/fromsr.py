@@ -18,7 +18,7 @@ from ..settings import (
     LeasedConfig,
     check_crawl_id,
 )
-from .common import CommandError, _redis_url
+from .common import CommandError, _redis_url, check_reached
 from .urls import _packed, _read_urls
 
 if TYPE_CHECKING:
@@ -68,11 +68,7 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
     url, where = _redis_url(opts, config, start_embedded=False)
     client = make_client(url)
     try:
-        try:
-            await client.ping()
-        except Exception as exc:
-            raise CommandError(f"cannot reach Redis at {redact(url)} ({where}): "
-                               f"{type(exc).__name__}: {exc}") from None
+        await check_reached(client, url, where)
         found = {f.role: f for f in await fsr.find(client, source)}
         if not found and not seen:
             raise CommandError(

@@ -56,6 +56,7 @@ from .common import (
     _crawl_id,
     _looks_like_source,
     _redis_url,
+    check_reached,
 )
 from .control import _control, _reset
 from .dead import _dead
@@ -204,11 +205,7 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
     url, source = _redis_url(opts, config, start_embedded=sub == "seed")
     client = make_client(url)
     try:
-        try:
-            await client.ping()
-        except Exception as exc:
-            raise CommandError(f"cannot reach Redis at {redact(url)} ({source}): "
-                               f"{type(exc).__name__}: {exc}") from None
+        await check_reached(client, url, source)
         if sub in SERVERS:
             return await _serve(sub, crawl_arg, opts, settings, config, client, redact(url))
         crawl = await _crawl_id(crawl_arg, settings, config, client)

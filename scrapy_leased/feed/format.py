@@ -92,9 +92,8 @@ def parse_entry(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
         raise FeedEntryError(f"{type(exc).__name__}: {exc}") from None
 
 
-def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
-    if isinstance(entry, Mapping):
-        return _from_object(entry)
+def _entry_text(entry: bytes | str) -> str:
+    """A feed entry as text, stripped; FeedEntryError when not UTF-8 or empty."""
     if isinstance(entry, bytes):
         try:
             entry = entry.decode("utf-8")
@@ -103,8 +102,11 @@ def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
     text = entry.strip()
     if not text:
         raise FeedEntryError("empty entry")
-    if not text.startswith("{"):
-        return _from_object({"url": text})
+    return text
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """An entry's JSON object (finite numbers only); FeedEntryError when it is not one."""
     try:
         obj = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except FeedEntryError:
@@ -113,6 +115,16 @@ def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
         raise FeedEntryError(f"not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise FeedEntryError("not a JSON object")
+    return obj
+
+
+def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
+    if isinstance(entry, Mapping):
+        return _from_object(entry)
+    text = _entry_text(entry)
+    if not text.startswith("{"):
+        return _from_object({"url": text})
+    obj = _json_object(text)
     return _from_object(obj)
 
 
@@ -210,24 +222,10 @@ def parse_scrapy_redis_entry(entry: bytes | str) -> FeedRequest:
 def _parse_scrapy_redis(entry: bytes | str) -> FeedRequest:
     from scrapy import FormRequest
 
-    if isinstance(entry, bytes):
-        try:
-            entry = entry.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise FeedEntryError(f"not UTF-8 ({exc})") from None
-    text = entry.strip()
-    if not text:
-        raise FeedEntryError("empty entry")
+    text = _entry_text(entry)
     if not text.startswith("{"):
         return _from_object({"url": text, "dont_filter": True})
-    try:
-        obj = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
-    except FeedEntryError:
-        raise
-    except ValueError as exc:
-        raise FeedEntryError(f"not valid JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise FeedEntryError("not a JSON object")
+    obj = _json_object(text)
     url, method, meta = obj.pop("url", None), obj.pop("method", "GET"), obj.pop("meta", {})
     if not isinstance(url, str):
         raise FeedEntryError("no 'url' (a string)" if url is None else
