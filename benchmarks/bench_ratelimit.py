@@ -5,7 +5,7 @@ taking budget before its "download" (never refused here: the cost of asking). Si
 side: no limiter, the lesson's fixed-window acquire (INCR + EXPIRE in one pipeline),
 and scrapy_leased's GCRA acquire (one Lua script, Redis TIME).
 
-    python benchmarks/ratelimit.py [--requests 20000] [--workers 3] [--concurrency 16]
+    python benchmarks/bench_ratelimit.py [--requests 20000] [--workers 3] [--concurrency 16]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The local test site (``example_project/testsite.py``) with TCP_NODELAY on its sockets.
 
-    python benchmarks/bench_site.py --pages 5000 --port 0 --log /tmp/site.jsonl
+    python benchmarks/site_nodelay.py --pages 5000 --port 0 --log /tmp/site.jsonl
 
 The stock server writes a response's headers and its body in two ``send()`` calls: on
 a keep-alive connection Nagle's algorithm holds the body until the client ACKs the
@@ -36,4 +36,4 @@ class BenchSite(testsite.SiteProcess):
 
 if __name__ == "__main__":
     testsite._Handler.disable_nagle_algorithm = True
-    sys.exit(testsite.main(prog="python benchmarks/bench_site.py"))
+    sys.exit(testsite.main(prog="python benchmarks/site_nodelay.py"))

@@ -2,7 +2,7 @@
 the local test site for 15 s, requests per second in the middle 10 s (from the site's
 log), against the budget.
 
-    python benchmarks/rate_throughput.py [RATE] [BURST] [WORKERS]   # default 100/s 10 3
+    python benchmarks/bench_rate_throughput.py [RATE] [BURST] [WORKERS]   # default 100/s 10 3
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A latency-bound local site: the test site's pages, each answered after a delay.
 
-    python benchmarks/latency_site.py --pages 2000 --hosts 4 --profile fixed100 --log F
+    python benchmarks/site_latency.py --pages 2000 --hosts 4 --profile fixed100 --log F
 
 The pages and links are the test site's (``example_project/testsite.py``: page i links
 to 10i+1..10i+10 and two cross links), spread over ``--hosts`` listeners on distinct
@@ -15,7 +15,7 @@ answered after the delay its profile gives it, the same for every crawler and ev
   (uniform).
 
 The handler sleeps in its own thread (``ThreadingHTTPServer``: one thread per
-connection, each sleeping costs no CPU), with TCP_NODELAY (see ``bench_site.py``).
+connection, each sleeping costs no CPU), with TCP_NODELAY (see ``site_nodelay.py``).
 Every request is logged as the test site does, plus ``t0``: when the request line was
 read (``t`` is when the answer is written), so the time-averaged number of requests
 being answered, sum(t - t0) / span, is the crawl's downloads in flight as the site saw
@@ -131,4 +131,4 @@ if __name__ == "__main__":
     import os
 
     _install(os.environ.get("LATENCY_SITE_PROFILE", "fixed100"))
-    sys.exit(testsite.main(prog="python benchmarks/latency_site.py"))
+    sys.exit(testsite.main(prog="python benchmarks/site_latency.py"))

@@ -3,7 +3,7 @@
 Request.to_dict(spider=...) finds a callback's name with inspect.getmembers(spider)
 for every request; scrapy_leased.codec looks the bound method up by its name.
 
-    python benchmarks/codec.py [--n 20000]
+    python benchmarks/bench_codec.py [--n 20000]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Items/s of UpsertPipeline per backend: batched (LEASED_UPSERT_BATCH_SIZE=500) against
 a one-write-per-item baseline (batch size 1), same items, same pipeline code.
 
-    python benchmarks/upsert_throughput.py [--items 10000] [--concurrency 100]
+    python benchmarks/bench_upsert_throughput.py [--items 10000] [--concurrency 100]
                                            [--postgres-url URL]
 
 Starts a private redis-server (from PATH) on a free port, writes SQLite files in a

@@ -1,6 +1,6 @@
 """Memory of the fleet-wide seen set: scrapy_leased's layout vs scrapy-redis's.
 
-    python benchmarks/seen_memory.py [--urls 1000000] [--bits 14] [--via commit|pipeline]
+    python benchmarks/bench_seen_memory.py [--urls 1000000] [--bits 14] [--via commit|pipeline]
 
 Starts its own redis-server on a free port (tests/support/redis_server.py), computes N
 real fingerprints (Scrapy's default request fingerprinter on

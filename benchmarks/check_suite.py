@@ -1,7 +1,7 @@
 """The suite's reliability check (issue #15): run the README's test command on fresh
 clones, one after another, each beside a running 2-worker crawl.
 
-    python benchmarks/beside_crawl.py --runs 5 [--repo .] [--out DIR]
+    python benchmarks/check_suite.py --runs 5 [--repo .] [--out DIR]
 
 For each run: a fresh ``git clone`` of the repo's HEAD, a new virtualenv with
 ``pip install -e '.[test]'`` (the README's install), then ``python -m pytest -q`` (the
