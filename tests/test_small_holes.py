@@ -357,7 +357,7 @@ def test_a_block_set_by_another_worker_holds_back_a_free_claim_made_before_it(
         crawler = get_crawler(settings_dict={"LEASED_RATE_FREE_GRACE": 5})
         mw = LeasedRateMiddleware.from_crawler(crawler)
         scheduler = _Worker(f)
-        crawler.engine = type("Engine", (), {"scheduler": scheduler})()
+        attach(crawler, scheduler)  # what the scheduler does when the engine opens it
         return crawler, mw, scheduler
 
     async def until(pred, timeout: float, what: str) -> None:
