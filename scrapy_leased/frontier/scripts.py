@@ -78,12 +78,18 @@ HEADER_KEY = re.compile(r"KEYS\[(\d+)\]\s+([a-z_]+)\b")
 
 @cache
 def header_keys(name: str) -> tuple[str, ...]:
-    """The names (CrawlKeys attributes) of a script's fixed KEYS, in order, as the
-    comment lines that open its file list them (``-- KEYS[1] lanes  KEYS[2] todo``);
-    the KEYS after them (``KEYS[14..]``, ``KEYS[11 + 4i]``) are the caller's to add.
-    Raises ValueError when the header does not name KEYS[1..n] once each."""
+    """The names (CrawlKeys attributes) of script ``name``'s fixed KEYS, in order, as
+    its header lists them (``keys_in_header``)."""
     lua = files("scrapy_leased.frontier").joinpath("lua")
-    text = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return keys_in_header(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"),
+                          f"lua/{name}.lua")
+
+
+def keys_in_header(text: str, where: str) -> tuple[str, ...]:
+    """The fixed KEYS a script's header names: the comment lines that open it
+    (``-- KEYS[1] lanes  KEYS[2] todo``); the KEYS after them (``KEYS[14..]``,
+    ``KEYS[11 + 4i]``) are the caller's to add. Raises ValueError when the header does
+    not name KEYS[1..n] once each."""
     found: dict[int, str] = {}
     for line in text.splitlines():
         if line.startswith("#!"):
@@ -92,9 +98,9 @@ def header_keys(name: str) -> tuple[str, ...]:
             break
         for index, key in HEADER_KEY.findall(line):
             if found.setdefault(int(index), key) != key:
-                raise ValueError(f"lua/{name}.lua names KEYS[{index}] twice")
+                raise ValueError(f"{where} names KEYS[{index}] twice")
     if sorted(found) != list(range(1, len(found) + 1)):
-        raise ValueError(f"lua/{name}.lua's header does not name KEYS[1..n]: {found}")
+        raise ValueError(f"{where}'s header does not name KEYS[1..n]: {found}")
     return tuple(found[i] for i in range(1, len(found) + 1))
 
 
