@@ -48,6 +48,23 @@ def requeue_to(k: CrawlKeys, extra: ExtraKeys, raw: Any) -> int:
     return extra.queue(k, env.lane, tier_code(env.priority))
 
 
+async def failed_priorities(client: Any, keys: CrawlKeys,
+                            fails: Sequence[Failure]) -> dict[int, int]:
+    """The priority of the request of each failed claim whose Failure names none, read
+    from ``inflight`` (0 for a token without an envelope: nothing is requeued for it;
+    one whose envelope cannot be read is left out, and its fail dead-letters it)."""
+    tokens = [f.token for f in fails if f.priority is None]
+    if not tokens:
+        return {}
+    out = {}
+    for token, raw in zip(tokens, await client.hmget(keys.inflight, tokens)):
+        try:
+            out[token] = Envelope.parse(raw).priority if raw is not None else 0
+        except ValueError:
+            pass
+    return out
+
+
 @dataclass
 class CommitCall:
     """lua/commit.lua: enqueue, stats, acks, fails, revisits and drops in one step.

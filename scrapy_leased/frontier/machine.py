@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar, overload
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from . import upkeep
-from .calls import CommitCall, FeedCommitCall
+from .calls import CommitCall, FeedCommitCall, failed_priorities
 from .claimcall import CLAIM_ATTEMPTS, ClaimCall
 from .envelope import Envelope
 from .guard import Guard
@@ -40,7 +40,7 @@ from .model import (
     NewRequest,
     Revisit,
 )
-from .scripts import as_str, pairs, read_atomic, register
+from .scripts import read_atomic, register
 from .seengen import SeenGenerations
 from .tiers import TierCache
 from .workerid import new_worker_id
@@ -178,7 +178,7 @@ class Frontier:
         call = CommitCall(
             self.keys, self.guard, call_id or self.new_call_id(), self.max_attempts,
             self.seen.ttl_ms, enqueue, acks, fails,
-            await self._priorities([f.token for f in fails if f.priority is None]),
+            await failed_priorities(self.client, self.keys, fails),
             revisits or {}, stats, drops)
         result = call.parse(await self.seen.run(call.build, self._sender(call.SCRIPT)))
         self.tiers.learn_pushes(enqueue, result.queued)
@@ -186,20 +186,6 @@ class Frontier:
 
     def _sender(self, script: str) -> Callable[[list[str], list[Any]], Any]:
         return lambda keys, args: self._guarded(script, keys, args)
-
-    async def _priorities(self, tokens: Sequence[int]) -> dict[int, int]:
-        """The priority of each claim token's request, read from ``inflight`` (0 for a
-        token without an envelope: nothing is requeued for it; one whose envelope cannot
-        be read is left out, and its fail dead-letters it)."""
-        if not tokens:
-            return {}
-        out = {}
-        for token, raw in zip(tokens, await self.client.hmget(self.keys.inflight, tokens)):
-            try:
-                out[token] = Envelope.parse(raw).priority if raw is not None else 0
-            except ValueError:
-                pass
-        return out
 
     async def take_feed(self, count: int) -> FeedBatch:
         """Take up to ``count`` entries off the crawl's feed (lua/feed_take.lua), held
@@ -218,18 +204,7 @@ class Frontier:
         key, want, aside_of = {
             "feed": (self.keys.feed, "list", self.keys.feed_wrongtype),
             "control": (self.keys.control, "hash", self.keys.control_wrongtype)}[which]
-        aside = ""
-        for _ in range(5):
-            seconds, micros = await self.client.time()
-            aside = aside_of(int(seconds) * 1000 + int(micros) // 1000)
-            reply = upkeep.Aside.parse(
-                await self._s["key_aside"](keys=[key, aside], args=[want]))
-            if reply.moved == 1:
-                return reply.kind, aside
-            if reply.moved == 0:
-                return None
-        raise ResponseError(f"cannot move {key} aside: every name tried exists already "
-                            f"({aside})")
+        return await upkeep.set_aside(self.client, self._s["key_aside"], key, want, aside_of)
 
     async def commit_feed(self, batch_id: str, enqueue: Sequence[NewRequest],
                           bad: Sequence[tuple[bytes | str, str]],
@@ -363,15 +338,4 @@ class Frontier:
 
     async def counts(self, worker_ttl_ms: int = 30_000) -> dict[str, int]:
         """A snapshot of the crawl's counters (one script run: a consistent view)."""
-        k = self.keys
-        now_ms, (todo, leases, dead, stats, workers) = await read_atomic(
-            self._s["read"], ("GET", k.todo), ("ZCARD", k.leases), ("HLEN", k.dead),
-            ("HGETALL", k.stats), ("ZRANGE", k.workers, 0, -1, "WITHSCORES"))
-        stats = {as_str(a): int(b) for a, b in pairs(stats)}
-        return {
-            "todo": int(todo or 0), "processing": int(leases), "dead": int(dead),
-            "done": stats.get("done", 0),
-            "workers_alive": sum(1 for _, ts in pairs(workers)
-                                 if now_ms - float(ts) < worker_ttl_ms),
-            **{f"total_{name}": v for name, v in stats.items()},
-        }
+        return await upkeep.counts(self._s["read"], self.keys, worker_ttl_ms)

@@ -4,14 +4,16 @@ penalize, feed_take, key_aside). Each names its KEYS, ARGV and reply fields once
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
+
+from redis.exceptions import ResponseError
 
 from .calls import requeue_to
 from .keys import CrawlKeys, ExtraKeys
 from .model import Budget, FeedBatch
 from .reply import Reader, fixed_keys
-from .scripts import as_str, pairs
+from .scripts import as_str, pairs, read_atomic
 
 Call = tuple[list[str], list[Any]]
 
@@ -134,3 +136,35 @@ class Aside(NamedTuple):
     def parse(cls, out: Sequence[Any]) -> Aside:
         kind, moved = out
         return cls(as_str(kind), int(moved))
+
+
+async def set_aside(client: Any, script: Any, key: str, want: str,
+                    aside_of: Callable[[int], str]) -> tuple[str, str] | None:
+    """Frontier.set_aside: move ``key`` to ``aside_of(Redis TIME in ms)`` unless it holds
+    type ``want`` or is absent, a new name while the one tried exists already."""
+    aside = ""
+    for _ in range(5):
+        seconds, micros = await client.time()
+        aside = aside_of(int(seconds) * 1000 + int(micros) // 1000)
+        reply = Aside.parse(await script(keys=[key, aside], args=[want]))
+        if reply.moved == 1:
+            return reply.kind, aside
+        if reply.moved == 0:
+            return None
+    raise ResponseError(f"cannot move {key} aside: every name tried exists already "
+                        f"({aside})")
+
+
+async def counts(read: Any, k: CrawlKeys, worker_ttl_ms: int) -> dict[str, int]:
+    """Frontier.counts: the crawl's counters, read in one run of lua/read.lua."""
+    now_ms, (todo, leases, dead, stats, workers) = await read_atomic(
+        read, ("GET", k.todo), ("ZCARD", k.leases), ("HLEN", k.dead),
+        ("HGETALL", k.stats), ("ZRANGE", k.workers, 0, -1, "WITHSCORES"))
+    stats = {as_str(a): int(b) for a, b in pairs(stats)}
+    return {
+        "todo": int(todo or 0), "processing": int(leases), "dead": int(dead),
+        "done": stats.get("done", 0),
+        "workers_alive": sum(1 for _, ts in pairs(workers)
+                             if now_ms - float(ts) < worker_ttl_ms),
+        **{f"total_{name}": v for name, v in stats.items()},
+    }
