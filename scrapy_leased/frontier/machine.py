@@ -101,9 +101,9 @@ class Frontier:
     #: The expiry of seen entries (ms, 0: never; set by ``check_layout``) and the seen
     #: set's generation this caller last knew (seengen.py); ``on_seen_gen(old, new)`` is
     #: called when it changed: entries a caller remembers as seen may have expired
-    seen_ttl_ms: _Via[int] = _Via("seen", "ttl_ms")
-    seen_gen: _Via[int | None] = _Via("seen", "gen")
-    on_seen_gen: _Via[Callable[[int, int], None] | None] = _Via("seen", "on_change")
+    seen_ttl_ms: _Via[int] = _Via("generations", "ttl_ms")
+    seen_gen: _Via[int | None] = _Via("generations", "gen")
+    on_seen_gen: _Via[Callable[[int, int], None] | None] = _Via("generations", "on_change")
 
     def __init__(self, client: Any, keys: CrawlKeys, *, lease_ms: int, max_attempts: int,
                  recover_batch: int = 500, half_life_ms: int = 30_000,
@@ -124,7 +124,7 @@ class Frontier:
                            "acquire", "penalize", "read", "feed_take", "feed_commit", "layout",
                            "revisit", "key_aside")
         self.guard = Guard(keys, caller or new_worker_id())
-        self.seen = SeenGenerations(client)
+        self.generations = SeenGenerations(client)
         self.tiers = TierCache()
         self.layout = LayoutCheck(client, keys, self._s["layout"])
         self.claims = ClaimCall(self._s["claim"], keys, self.guard, self.tiers)
@@ -148,7 +148,7 @@ class Frontier:
         ``seen_ttl_ms``. ``queues`` False: the queues' layout is not checked (a worker
         that flushes the crawl's queues next checks it after the flush)."""
         recorded = await self.layout.check_seen(seen_bucket_bits, seen_ttl_ms, queues)
-        self.seen.ttl_ms = seen_ttl_ms
+        self.generations.ttl_ms = seen_ttl_ms
         if queues:
             await self.layout.check_queues(recorded, seen_bucket_bits, seen_ttl_ms)
 
@@ -160,7 +160,7 @@ class Frontier:
     async def seen_generation(self) -> int | None:
         """The seen set's current generation as this caller knows it (None: seen entries
         never expire): first read from Redis TIME, then corrected by the scripts."""
-        return await self.seen.current()
+        return await self.generations.current()
 
     async def commit(self, enqueue: Sequence[NewRequest] = (), acks: Sequence[tuple[int, int]] = (),
                      fails: Sequence[Failure] = (), call_id: str | None = None,
@@ -177,10 +177,10 @@ class Frontier:
         object) (dropped.py), dead letters in the same step."""
         call = CommitCall(
             self.keys, self.guard, call_id or self.new_call_id(), self.max_attempts,
-            self.seen.ttl_ms, enqueue, acks, fails,
+            self.generations.ttl_ms, enqueue, acks, fails,
             await failed_priorities(self.client, self.keys, fails),
             revisits or {}, stats, drops)
-        result = call.parse(await self.seen.run(call.build, self._sender(call.SCRIPT)))
+        result = call.parse(await self.generations.run(call.build, self._sender(call.SCRIPT)))
         self.tiers.learn_pushes(enqueue, result.queued)
         return result
 
@@ -215,8 +215,8 @@ class Frontier:
         the batch was not this caller's any more (past its deadline: back in the feed;
         nothing done). ``call_id`` as for ``commit``."""
         call = FeedCommitCall(self.keys, self.guard, call_id or self.new_call_id(),
-                              self.seen.ttl_ms, batch_id, enqueue, bad)
-        queued = call.parse(await self.seen.run(call.build, self._sender(call.SCRIPT)))
+                              self.generations.ttl_ms, batch_id, enqueue, bad)
+        queued = call.parse(await self.generations.run(call.build, self._sender(call.SCRIPT)))
         if queued is not None:
             self.tiers.learn_pushes(enqueue, queued)
         return queued
