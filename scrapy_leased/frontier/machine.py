@@ -41,14 +41,15 @@ from .model import (
     Revisit,
 )
 from .scripts import read_atomic, register
-from .seengen import SeenGenerations
-from .tiers import TierCache
+from .seengen import GEN_ATTEMPTS, SEEN_GEN_RE, SeenGenerations
+from .tiers import TIER_CACHE_LANES, TierCache
 from .workerid import new_worker_id
 
-__all__ = ["CONTROL_STATES", "HALF_LIFE_FIELD", "NO_BUDGET", "NO_LIMITS", "PAUSED",
-           "REASON_CHARS", "RUNNING", "SEEN_TTL_FIELD", "STOPPING", "Budget", "ClaimResult",
-           "CloseLimits", "CommitResult", "Failure", "FeedBatch", "Frontier", "NewRequest",
-           "Revisit"]
+#: What this module held before its parts moved out, still importable from here
+__all__ = ["CLAIM_ATTEMPTS", "CONTROL_STATES", "GEN_ATTEMPTS", "HALF_LIFE_FIELD", "NO_BUDGET",
+           "NO_LIMITS", "PAUSED", "REASON_CHARS", "RUNNING", "SEEN_GEN_RE", "SEEN_TTL_FIELD",
+           "STOPPING", "TIER_CACHE_LANES", "Budget", "ClaimResult", "CloseLimits",
+           "CommitResult", "Failure", "FeedBatch", "Frontier", "NewRequest", "Revisit"]
 
 T = TypeVar("T")
 
