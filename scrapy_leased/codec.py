@@ -55,6 +55,7 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy.settings import BaseSettings
 
 from .exceptions import LeasedConfigError
+from .frontier.scripts import safe_text as safe_text  # what a message may carry into Redis
 from .meta import PRIVATE_META_PREFIX, revisit_ms, shown
 
 TAG = "$leased"
@@ -80,15 +81,6 @@ MAX_PRIORITY = 2**53 - 1
 #: Where a field of a payload comes from, for messages (``meta['x']``).
 _FIELD_NAMES = {"u": "url", "h": "headers", "b": "body", "cb": "callback", "eb": "errback",
                 "x": "attribute", "cls": "class", "p": "priority", **_LONG}
-
-
-def safe_text(text: str) -> str:
-    """``text`` with each lone surrogate written as its escape (``\\ud83d``): what a
-    message, a reason or a log line may carry into Redis (redis-py encodes text as
-    strict UTF-8)."""
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def unencodable(value: Any, where: str = "") -> str | None:

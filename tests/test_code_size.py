@@ -25,7 +25,6 @@ KNOWN: set[str] = {
     "scrapy_leased.scheduler:LeasedScheduler.__init__",
     "scrapy_leased.scheduler:LeasedScheduler._open",
     "scrapy_leased.scheduler:LeasedScheduler._claim_loop",
-    "scrapy_leased.frontier.machine:Frontier",
     "scrapy_leased.settings.config:LeasedConfig.from_settings",
     "scrapy_leased.fleet.diagnose:diagnose",
     "scrapy_leased.observe.server:dashboard_app",

@@ -132,7 +132,7 @@ def test_claim_refuses_non_numeric_arguments_before_any_write(redis_server, craw
         f.lease_ms = float("nan")
         with pytest.raises(redis.exceptions.ResponseError) as info:
             await f.claim(2, "w1")
-        f._pending_claim = None
+        f.claims.pending = None
         assert crawl_keys_state(r, keys) == before
         assert "must be finite numbers" in str(info.value)
         f.lease_ms = 60_000
@@ -297,7 +297,7 @@ def test_renew_and_claim_past_a_control_key_of_the_wrong_type(redis_server, craw
         state = crawl_keys_state(r, keys)
         with pytest.raises(WrongKeyType) as info:
             await f.claim(1, "w1")
-        f._pending_claim = None
+        f.claims.pending = None
         assert info.value.key == keys.control and "is a string, not a hash" in str(info.value)
         assert crawl_keys_state(r, keys) == state
         kind, aside = await f.set_aside("control")

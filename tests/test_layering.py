@@ -38,7 +38,6 @@ LAYERS: list[set[str]] = [
 #: what is still to move: (importer, imported) for a wrong-way import, and the sorted
 #: parts of each circle within a layer
 KNOWN: set[tuple[str, ...]] = {
-    ("frontier", "codec"),
     ("scheduler", "_command"),
 }
 

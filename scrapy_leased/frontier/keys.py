@@ -156,7 +156,7 @@ class CrawlKeys:
         """HASH: crawl-wide counters (enqueued, claimed, acked, done, dead, ...).""")
 
     fleet_stats = KeyName(
-        """HASH: the fleet's Scrapy stats (observe/flush.py, lua/stats_flush.lua): every
+        """HASH: the fleet's Scrapy stats (fleet/stats.py, lua/stats_flush.lua): every
         worker's numeric stats added up, maxima kept as maxima, ``start_time`` the first
         and ``finish_time`` the last (epoch seconds).""")
 

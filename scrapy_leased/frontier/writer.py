@@ -39,8 +39,8 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .._supervise import OnBug, supervise
-from ..codec import safe_text
 from .machine import CommitResult, Failure, Frontier, NewRequest, Revisit
+from .scripts import safe_text
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class CommitWriter:
 
     def add_fail(self, failure: Failure) -> None:
         """Fail a claim; its reason (an exception's text: any str) is stored with each
-        lone surrogate escaped (codec.safe_text), so that no reason stops the commit."""
+        lone surrogate escaped (scripts.safe_text), so that no reason stops the commit."""
         if not failure.reason.isascii():
             failure = replace(failure, reason=safe_text(failure.reason))
         self._batch.fails.append(failure)

@@ -10,7 +10,7 @@
 -- KEYS[9] throughput (HASH 10-second bucket -> requests newly done)
 -- KEYS[10] owners (HASH claim token -> worker id: removed with each lease that ends)
 -- KEYS[11] revisit (ZSET envelope -> due time in ms: revisit.lua queues it again then)
--- KEYS[12] fleet_stats (HASH: the fleet's Scrapy stats, observe/flush.py)
+-- KEYS[12] fleet_stats (HASH: the fleet's Scrapy stats, fleet/stats.py)
 -- KEYS[13] worker_acked (HASH worker id -> requests it acked: ARGV[9]'s count goes up by
 --          this call's acks of held leases, one HINCRBY per call)
 -- KEYS[14..] seen buckets (SETs of 64-bit integers) and queue LISTs (each followed by
