@@ -498,7 +498,7 @@ def test_scrapyd_schedule_twice_is_one_crawl(scrapyd, redis_server, make_site, c
     # inside Scrapyd's jobs the run's grace is 30 s by default: the last job to close
     # leaves the run joinable that long
     said = [line for job in jobs for line in scrapyd.log(job).splitlines()
-            if "Last worker of this run" in line]
+            if "Last worker of this run of the crawl: the run ended" in line]
     # (both jobs, when the second started after the first had closed)
     assert said and all("LEASED_RUN_GRACE (30s)" in line for line in said), said
     r = redis_server.client()
