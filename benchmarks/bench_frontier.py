@@ -149,7 +149,7 @@ class SimWorker:
                                  max_attempts=4)
         for name, script in list(self.frontier._s.items()):
             self.frontier._s[name] = counted(window, name, script)
-        from scrapy_leased._claimsize import ClaimSizer
+        from scrapy_leased.worker._claimsize import ClaimSizer
         from scrapy_leased.frontier.writer import LINGER_SECONDS
 
         self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS)

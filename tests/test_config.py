@@ -6,9 +6,9 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_leased.config import LeasedConfig, LeasedConfigError
-from scrapy_leased.dupefilter import KnownSeen
 from scrapy_leased.frontier import Budget
 from scrapy_leased.ratelimit.budgets import Budgets
+from scrapy_leased.worker.dupefilter import KnownSeen
 
 
 def config(**values) -> LeasedConfig:

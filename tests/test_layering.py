@@ -25,14 +25,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "scrapy_leased"
 #: bottom to top: ``_redis <- frontier <- settings <- {ratelimit, upsert, feed, fleet}
 #: <- {worker, observe} <- {addon, commands}``, with the leaf helpers at the bottom
 LAYERS: list[set[str]] = [
-    {"_version", "_compat", "_cancel", "_supervise", "meta", "signals", "exceptions", "_redis"},
+    {"_version", "_compat", "_cancel", "_supervise", "_command", "meta", "signals", "exceptions",
+     "_redis"},
     {"frontier"},
     {"config", "bootstrap", "codec", "order", "runtime"},
     {"ratelimit", "upsert", "feed", "fleet"},
-    {"scheduler", "dupefilter", "middleware", "seeding", "cookies", "feedexports",
-     "_claimbook", "_claimsize", "_leasekeeper", "_throttleshare", "observe", "logstats",
-     "dropped", "fleetspidermon"},
-    {"addon", "commands", "_command", "__init__"},
+    {"worker", "middleware", "cookies", "feedexports", "observe", "logstats", "fleetspidermon"},
+    {"addon", "commands", "__init__"},
 ]
 
 #: what is still to move: (importer, imported) for a wrong-way import, and the sorted
@@ -43,7 +42,6 @@ KNOWN: set[tuple[str, ...]] = {
     ("config", "upsert"),
     ("fleet", "observe"),
     ("observe", "commands"),
-    ("scheduler", "_command"),
 }
 
 
@@ -146,7 +144,7 @@ def test_imports_point_down_and_make_no_circle() -> None:
 
 
 def test_the_check_finds_a_wrong_way_import_and_a_circle() -> None:
-    edges = {"frontier": {"_redis"}, "_redis": {"frontier"}, "config": {"scheduler"}}
-    assert problems(edges) == {("_redis", "frontier"), ("config", "scheduler")}
+    edges = {"frontier": {"_redis"}, "_redis": {"frontier"}, "config": {"worker"}}
+    assert problems(edges) == {("_redis", "frontier"), ("config", "worker")}
     edges = {"fleet": {"feed"}, "feed": {"upsert"}, "upsert": {"fleet"}, "frontier": {"_redis"}}
     assert problems(edges) == {("circle", "feed", "fleet", "upsert")}

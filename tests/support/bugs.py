@@ -40,8 +40,8 @@ def _targets() -> dict[str, tuple[Any, str]]:
     from scrapy_leased.logstats import LeasedLogStats
     from scrapy_leased.observe.flush import StatsFlusher
     from scrapy_leased.ratelimit.middleware import LeasedRateMiddleware
-    from scrapy_leased.scheduler import LeasedScheduler
     from scrapy_leased.upsert.pipeline import UpsertPipeline
+    from scrapy_leased.worker.scheduler import LeasedScheduler
 
     return {
         "claim": (LeasedScheduler, "_absorb"),

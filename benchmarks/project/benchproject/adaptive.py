@@ -24,7 +24,7 @@ Not part of scrapy_leased: reads Scrapy's and the scheduler's private attributes
 
 from __future__ import annotations
 
-from scrapy_leased.scheduler import LeasedScheduler
+from scrapy_leased.worker.scheduler import LeasedScheduler
 
 
 class AdaptiveScheduler(LeasedScheduler):

@@ -23,8 +23,8 @@ from scrapy import Request, Spider
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.utils.job import job_dir
 
-from .config import LeasedConfig
-from .frontier.fingerprints import split_fingerprint
+from ..config import LeasedConfig
+from ..frontier.fingerprints import split_fingerprint
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -44,31 +44,25 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.python.failure import Failure as TwistedFailure
 
-from . import signals as leased_signals
-from ._cancel import cancel_and_wait
-from ._claimbook import Claim, ClaimBook
-from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota, slot_room_in
-from ._command import exit_if_command_line
-from ._compat import asyncio_loop_in_use, slot_clock
-from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
-from ._redis.connection import LeasedRedisError, redact
-from ._supervise import BUG_REASON, PartFailed, close_crawl, supervise
-from ._throttleshare import ThrottleShare, autothrottle
-from .bootstrap import connect_crawl
-from .codec import Codec, PayloadError, safe_text
-from .config import LeasedConfig
-from .dropped import dead_letter
-from .dupefilter import LeasedDupeFilter
-from .feed.drain import FeedDrainer
-from .feed.packer import RequestPacker
-from .feedexports import (
+from .. import signals as leased_signals
+from .._cancel import cancel_and_wait
+from .._command import exit_if_command_line
+from .._compat import asyncio_loop_in_use, slot_clock
+from .._redis.connection import LeasedRedisError, redact
+from .._supervise import BUG_REASON, PartFailed, close_crawl, supervise
+from ..bootstrap import connect_crawl
+from ..codec import Codec, PayloadError, safe_text
+from ..config import LeasedConfig
+from ..feed.drain import FeedDrainer
+from ..feed.packer import RequestPacker
+from ..feedexports import (
     ExportFiles,
     FeedCollisionError,
     claim_paths,
     feed_exporter,
     local_feeds,
 )
-from .frontier import (
+from ..frontier import (
     PAUSED,
     RUNNING,
     STOPPING,
@@ -81,15 +75,21 @@ from .frontier import (
     NewRequest,
     Revisit,
 )
-from .frontier.run import SEED, SEEDED, RunMarker
-from .frontier.scripts import WrongKeyType
-from .frontier.workerid import enter, new_worker_id
-from .frontier.writer import LINGER_SECONDS, Batch, CommitWriter
-from .meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token, revisit_ms
-from .middleware import describe
-from .order import QueueOrder
-from .ratelimit.budgets import Budgets
-from .runtime import attach
+from ..frontier.run import SEED, SEEDED, RunMarker
+from ..frontier.scripts import WrongKeyType
+from ..frontier.workerid import enter, new_worker_id
+from ..frontier.writer import LINGER_SECONDS, Batch, CommitWriter
+from ..meta import META_CLAIM, META_FREE_SINCE, META_NOT_BEFORE, claim_token, revisit_ms
+from ..middleware import describe
+from ..order import QueueOrder
+from ..ratelimit.budgets import Budgets
+from ..runtime import attach
+from ._claimbook import Claim, ClaimBook
+from ._claimsize import GIVE_BACK_SECONDS, ClaimSizer, slot_quota, slot_room_in
+from ._leasekeeper import Kick, LeaseKeeper, WarnOnce, running
+from ._throttleshare import ThrottleShare, autothrottle
+from .dropped import dead_letter
+from .dupefilter import LeasedDupeFilter
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -808,7 +808,7 @@ class LeasedScheduler(BaseScheduler):
 
     def _on_item_error(self, item: Any, response: Any, spider: Spider,
                        failure: TwistedFailure) -> None:
-        from .upsert.stores.base import StoreError  # (upsert imports this module)
+        from ..upsert.stores.base import StoreError  # (upsert imports this module)
 
         # UpsertPipeline's store being down is transient: always retried
         transient = isinstance(failure.value, StoreError)
