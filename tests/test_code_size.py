@@ -21,10 +21,6 @@ MAX_FUNCTION = 60
 
 #: "module:Qualified.name" of what is still too long
 KNOWN: set[str] = {
-    "scrapy_leased.worker.scheduler:LeasedScheduler",
-    "scrapy_leased.worker.scheduler:LeasedScheduler.__init__",
-    "scrapy_leased.worker.scheduler:LeasedScheduler._open",
-    "scrapy_leased.worker.scheduler:LeasedScheduler._claim_loop",
     "scrapy_leased.frontier.machine:Frontier",
     "scrapy_leased.config:LeasedConfig.from_settings",
     "scrapy_leased.commands.leased:render_status",

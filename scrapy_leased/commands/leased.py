@@ -694,7 +694,7 @@ async def _forget(admin: FleetAdmin, urls: list[str], requests: list[NewRequest]
 
 
 async def _control(admin: FleetAdmin, sub: str, config: LeasedConfig) -> int:
-    from ..worker.scheduler import STOP_REASON  # (imports the worker's side: only here)
+    from ..worker.control import STOP_REASON  # (imports the worker's side: only here)
 
     crawl = admin.keys.crawl_id
     state = CONTROL[sub]
