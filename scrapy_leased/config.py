@@ -10,7 +10,9 @@ validators are public so that each section, and the commands, use the same rules
 from __future__ import annotations
 
 import math
+import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,9 @@ SEEN_BUCKET_BITS = 14
 SEEN_CACHE = 100_000
 RECOVER_BATCH = 500
 LOGSTATS_INTERVAL_SECONDS = 60.0  # the fleet log line's period (0: off)
+#: LEASED_RUN_GRACE inside a Scrapyd job (``in_scrapyd_job``): jobs scheduled together
+#: start up to a poll interval (5 s) or more apart; 0 elsewhere
+SCRAPYD_RUN_GRACE_SECONDS = 30.0
 EMBEDDED_DIR = "leased-redis"  # under the project's .scrapy/ (embedded.embedded_data_dir)
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster",
                  "rediss+sentinel", "rediss+cluster")
@@ -73,6 +78,29 @@ def number_setting(settings: BaseSettings, name: str, default: float | None, *, 
         bound = "higher than" if exclusive else "at least"
         raise LeasedConfigError(f"{name} ({raw!r}) must be {bound} {minimum}.")
     return value
+
+
+def in_scrapyd_job() -> bool:
+    """Whether this process is a Scrapyd job: Scrapyd's runner is ``__main__``
+    (``python -m scrapyd.runner crawl SPIDER -a _job=ID``), a ``_job=`` spider argument
+    is on the command line (a custom runner), or Scrapyd's environment variables are set
+    (``SCRAPYD_EGG_VERSION``; ``SCRAPY_JOB`` of Scrapyd before 1.3)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", None) == "scrapyd.runner":
+        return True
+    argv = sys.argv[1:]
+    if any(a == "-a" and b.startswith("_job=") for a, b in zip(argv, argv[1:])):
+        return True
+    return bool(os.environ.get("SCRAPYD_EGG_VERSION") or os.environ.get("SCRAPY_JOB"))
+
+
+def run_grace(settings: BaseSettings) -> float:
+    """LEASED_RUN_GRACE: seconds a run that ended stays joinable (lua/run_leave.lua);
+    by default SCRAPYD_RUN_GRACE_SECONDS inside a Scrapyd job, else 0 (a new ``scrapy
+    crawl`` of a finished crawl starts afresh)."""
+    default = SCRAPYD_RUN_GRACE_SECONDS if in_scrapyd_job() else 0.0
+    return float(number_setting(settings, "LEASED_RUN_GRACE", default, minimum=0,
+                                exclusive=False))
 
 
 def bool_setting(settings: BaseSettings, name: str, default: bool) -> bool:
@@ -222,6 +250,8 @@ class LeasedConfig:
     flush_on_start: bool  # LEASED_FLUSH_ON_START: a fresh run when none is on
     resume: bool  # LEASED_RESUME: a new run continues a finished crawl (not afresh)
     worker_ttl: float
+    #: LEASED_RUN_GRACE: seconds a run that ended stays joinable (frontier/run.py)
+    run_grace: float
     seen_bucket_bits: int
     seen_cache: int
     seen_ttl: float  # LEASED_SEEN_TTL: seconds after which a seen entry may expire (0: never)
@@ -239,6 +269,9 @@ class LeasedConfig:
     #: LEASED_EMBEDDED_DIR as set: resolved (``embedded_dir``) only when the embedded Redis
     #: is used, so that a worker with LEASED_REDIS_URL never touches the project's .scrapy/
     embedded_dir_setting: str
+    #: LEASED_FEED_FORMAT: how workers read the feed's entries: "leased" (feed/format.py
+    #: parse_entry) or "scrapy-redis" (RedisSpider's start entries, parse_scrapy_redis_entry)
+    feed_format: str
     embedded_server: str | None
     connect_timeout: float
     logstats_interval: float
@@ -298,6 +331,7 @@ class LeasedConfig:
             flush_on_start=bool_setting(settings, "LEASED_FLUSH_ON_START", False),
             resume=bool_setting(settings, "LEASED_RESUME", False),
             worker_ttl=number_setting(settings, "LEASED_WORKER_TTL", WORKER_TTL_SECONDS, minimum=0),
+            run_grace=run_grace(settings),
             seen_bucket_bits=_seen_bits(settings),
             seen_cache=number_setting(settings, "LEASED_SEEN_CACHE", SEEN_CACHE, minimum=0,
                                integer=True, exclusive=False),
@@ -312,6 +346,7 @@ class LeasedConfig:
             shared_cookies=bool_setting(settings, "LEASED_SHARED_COOKIES", True),
             shared_autothrottle=bool_setting(settings, "LEASED_SHARED_AUTOTHROTTLE", True),
             embedded_dir_setting=str(settings.get("LEASED_EMBEDDED_DIR") or EMBEDDED_DIR),
+            feed_format=_feed_format(settings),
             embedded_server=settings.get("LEASED_EMBEDDED_SERVER") or None,
             connect_timeout=number_setting(settings, "LEASED_CONNECT_TIMEOUT",
                                            CONNECT_TIMEOUT_SECONDS, minimum=0, exclusive=False),
@@ -360,3 +395,14 @@ def _seen_bits(settings: BaseSettings) -> int:
         raw = settings.get("LEASED_SEEN_BUCKET_BITS")
         raise LeasedConfigError(f"LEASED_SEEN_BUCKET_BITS ({raw!r}) must be at most 16.")
     return bits
+
+
+FEED_FORMATS = ("leased", "scrapy-redis")
+
+
+def _feed_format(settings: BaseSettings) -> str:
+    value = settings.get("LEASED_FEED_FORMAT") or "leased"
+    if value not in FEED_FORMATS:
+        raise LeasedConfigError(f"LEASED_FEED_FORMAT ({value!r}) must be one of "
+                                f"{', '.join(map(repr, FEED_FORMATS))}")
+    return str(value)

@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
      "_redis"},
     {"frontier"},
     {"config", "bootstrap", "codec", "order", "runtime"},
-    {"ratelimit", "upsert", "feed", "fleet"},
+    {"ratelimit", "upsert", "feed", "fleet", "fromscrapyredis"},
     {"worker", "middleware", "cookies", "feedexports", "observe", "logstats", "fleetspidermon"},
     {"addon", "commands", "__init__"},
 ]

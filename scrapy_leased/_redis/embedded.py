@@ -313,7 +313,15 @@ def ensure_embedded_redis(
     after its last user is gone.
     """
     root = Path(os.path.realpath(data_dir))
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EmbeddedRedisError(
+            f"Cannot place the embedded Redis in {root} "
+            f"({exc.strerror or exc}): set LEASED_EMBEDDED_DIR to a writable directory "
+            "(an absolute path; a relative one is under the project's .scrapy/, or under "
+            ".scrapy/ of the current directory without scrapy.cfg), or set "
+            "LEASED_REDIS_URL to a Redis server the workers share") from None
     # The lock holder spends at most ``timeout`` starting a server.
     with DirLock(root, 2 * timeout + 5):
         try:

@@ -2,13 +2,14 @@
 
     scrapy leased status [CRAWL] [--watch [--interval S]] [--json] [--sample S]
     scrapy leased dead   [CRAWL] [--limit N] [--json] [--requeue [URL ...] | --purge [URL ...]]
-    scrapy leased seed   [CRAWL] URL ... | -f FILE | -
+    scrapy leased seed   [CRAWL] [--scrapy-redis] URL ... | -f FILE | -
     scrapy leased forget [CRAWL] URL ... | -f FILE | -
     scrapy leased reset  [CRAWL] --yes [--records]
     scrapy leased pause | resume | stop [CRAWL]
     scrapy leased metrics   [CRAWL | --all-crawls] [--bind HOST] [--port N]
     scrapy leased dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]
     scrapy leased embedded status | stop
+    scrapy leased from-scrapy-redis SPIDER [--pickle] [--seen-urls FILE] [--queue-key K] [--dupefilter-key K] [--start-urls-key K]
 
 CRAWL defaults to the project's LEASED_CRAWL_ID, else to the name of the project's
 only spider. Redis: ``--redis-url``, else the project's LEASED_REDIS_URL, else the
@@ -17,7 +18,7 @@ starts it, like a worker would). Errors are one line on stderr, exit status 1.
 
 Synchronous code, not on a reactor: each subcommand is one ``asyncio.run`` over
 ``FleetAdmin`` (the same code the workers use); waiting with sleep is fine here.
-"""
+"""  # noqa: E501 (a usage line: one line each, tests/test_cli_help.py)
 
 from __future__ import annotations
 
@@ -49,16 +50,19 @@ from ..config import (
     number_setting,
 )
 from ..fleet import DeadLetter, Diagnosis, FleetAdmin, Snapshot, diagnose
+from ..fleet.seen import mark_seen
 from ..frontier import PAUSED, RUNNING, STOPPING, CrawlKeys, NewRequest
 from ..ratelimit.budgets import Budgets
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
     from scrapy.settings import Settings
 
 SUBCOMMANDS = ("status", "dead", "seed", "forget", "reset", "pause", "resume", "stop",
-               "metrics", "dashboard", "embedded")
+               "metrics", "dashboard", "embedded", "from-scrapy-redis")
+FROM_SR = "from-scrapy-redis"  # fromscrapyredis.py: a scrapy-redis crawl moved into this one
 #: ``scrapy leased embedded ACTION``: the project's embedded Redis server itself
 EMBEDDED_ACTIONS = ("status", "stop")
 #: The subcommands that take URLs (arguments, -f FILE, - for stdin)
@@ -91,13 +95,15 @@ class Command(ScrapyCommand):
                 "[CRAWL] [options]\n\n"
                 "  status [CRAWL] [--json] [--sample SECONDS] [--watch [--interval SECONDS]]\n"
                 "  dead   [CRAWL] [--limit N] [--json] [--requeue [URL ...] | --purge [URL ...]]\n"
-                "  seed   [CRAWL] URL ... | -f FILE | -\n"
+                "  seed   [CRAWL] [--scrapy-redis] URL ... | -f FILE | -\n"
                 "  forget [CRAWL] URL ... | -f FILE | -\n"
                 "  reset  [CRAWL] --yes [--records]\n"
                 "  pause | resume | stop [CRAWL]\n"
                 "  metrics   [CRAWL | --all-crawls] [--bind HOST] [--port N]\n"
                 "  dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]\n"
-                "  embedded status | stop")
+                "  embedded status | stop\n"
+                "  from-scrapy-redis SPIDER [--pickle] [--seen-urls FILE] [--queue-key K] "
+                "[--dupefilter-key K] [--start-urls-key K]")
 
     def short_desc(self) -> str:
         return ("Watch and run a leased crawl: status, dead letters, seeding, forgetting, "
@@ -149,6 +155,25 @@ class Command(ScrapyCommand):
                             "LEASED_CRAWL_ID or a single project spider)")
         g.add_argument("--allow-writes", action="store_true",
                        help="[dashboard] offer requeue and purge of dead letters")
+        g.add_argument("--scrapy-redis", action="store_true",
+                       help="[seed] read the lines as RedisSpider start entries, in scrapy-redis's "
+                            "JSON (url, method, meta, every other key a form field)")
+        g.add_argument("--pickle", action="store_true",
+                       help=f"[{FROM_SR}] read a pickled scrapy-redis queue, scrapy-redis's "
+                            "default serializer; unpickling runs code, so only for a "
+                            "trusted Redis")
+        g.add_argument("--seen-urls", metavar="FILE", default=None,
+                       help=f"[{FROM_SR}] mark these URLs (one a line; '-' = stdin) seen, the "
+                            "pages the scrapy-redis crawl fetched already")
+        g.add_argument("--queue-key", metavar="KEY", default=None,
+                       help=f"[{FROM_SR}] the scrapy-redis queue (default "
+                            "SCHEDULER_QUEUE_KEY, else SPIDER:requests)")
+        g.add_argument("--dupefilter-key", metavar="KEY", default=None,
+                       help=f"[{FROM_SR}] the scrapy-redis dupefilter (default "
+                            "SCHEDULER_DUPEFILTER_KEY, else SPIDER:dupefilter)")
+        g.add_argument("--start-urls-key", metavar="KEY", default=None,
+                       help=f"[{FROM_SR}] RedisSpider's start URLs (default "
+                            "REDIS_START_URLS_KEY, else SPIDER:start_urls)")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if not args or args[0] not in SUBCOMMANDS:
@@ -160,6 +185,9 @@ class Command(ScrapyCommand):
             self.exitcode = _embedded(rest, opts, self.settings)
             return
         _check_options(sub, rest, opts)
+        if sub == FROM_SR and len(rest) != 1:
+            raise UsageError(f"'{sub}' takes one SPIDER (the scrapy-redis spider's name), "
+                             f"got {' '.join(rest) or 'none'}")
         try:
             self.exitcode = asyncio.run(_main(sub, rest, opts, self.settings))
         except (CommandError, LeasedConfigError) as exc:  # a bad setting: its name, no trace
@@ -191,6 +219,12 @@ def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
         "--port": opts.port is not None and sub not in SERVERS,
         "--all-crawls": opts.all_crawls and sub != "metrics",
         "--allow-writes": opts.allow_writes and sub != "dashboard",
+        "--scrapy-redis": opts.scrapy_redis and sub != "seed",
+        "--pickle": opts.pickle and sub != FROM_SR,
+        "--seen-urls": opts.seen_urls is not None and sub != FROM_SR,
+        "--queue-key": opts.queue_key is not None and sub != FROM_SR,
+        "--dupefilter-key": opts.dupefilter_key is not None and sub != FROM_SR,
+        "--start-urls-key": opts.start_urls_key is not None and sub != FROM_SR,
     }
     bad = [name for name, wrong in misplaced.items() if wrong]
     if bad:
@@ -212,6 +246,8 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
     config = LeasedConfig.from_settings(settings)  # a bad setting: before Redis is reached
     if sub == "status" or sub in SERVERS:
         _concurrency(settings)
+    if sub == FROM_SR:
+        return await _from_scrapy_redis(rest[0], opts, settings, config)
     crawl_arg = None
     if rest and not (sub in URL_SUBCOMMANDS and _looks_like_source(rest[0])):
         crawl_arg, rest = rest[0], rest[1:]
@@ -219,7 +255,8 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
     requests: list[NewRequest] = []
     if sub in URL_SUBCOMMANDS:  # a bad line or setting: before Redis is reached (or started)
         lines = _read_urls(rest, opts.file)
-        requests = _packed(lines, settings, config, sub)
+        requests = _packed(lines, settings, config, sub,
+                           scrapy_redis=bool(opts.scrapy_redis))
     url, source = _redis_url(opts, config, start_embedded=sub == "seed")
     client = make_client(url)
     try:
@@ -234,11 +271,17 @@ async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: S
         admin = FleetAdmin(client, CrawlKeys(crawl), worker_ttl_ms=int(config.worker_ttl * 1000),
                            lease_ms=config.lease_ms, max_attempts=config.max_attempts,
                            half_life_ms=config.budgets.half_life_ms)
-        if sub != "seed" and not await admin.exists():
+        exists = await admin.exists()
+        hint = await _scrapy_redis_hint(client, crawl, settings, exists) \
+            if sub == "status" else None
+        if sub != "seed" and not exists:
             crawls = await FleetAdmin.list_crawls(client)
             raise CommandError(
                 f"unknown crawl {crawl!r} in Redis at {redact(url)}: no key "
-                f"{admin.keys.prefix}*; crawls there: {', '.join(crawls) or 'none'}")
+                f"{admin.keys.prefix}*; crawls there: {', '.join(crawls) or 'none'}"
+                + (f". WARNING: {hint}" if hint else ""))
+        if hint:  # on stderr: --json keeps stdout one object
+            print(f"WARNING: {hint}", file=sys.stderr)
         if sub == "status":
             return await _status(admin, opts, settings, redact(url), config.budgets)
         if sub == "dead":
@@ -639,11 +682,13 @@ def _read_urls(sources: list[str], files: list[str]) -> list[str]:
 
 
 def _packed(lines: list[str], settings: Settings, config: LeasedConfig,
-            what: str) -> list[NewRequest]:
-    """Each line (a URL, or a JSON request in the feed's format: feed/format.py) as the
+            what: str, scrapy_redis: bool = False) -> list[NewRequest]:
+    """Each line (a URL, or a JSON request in the feed's format: feed/format.py; with
+    ``scrapy_redis``, in RedisSpider's: format.py parse_scrapy_redis_entry) as the
     frontier queues it: its seen-set entry is Scrapy's fingerprint
     (REQUEST_FINGERPRINTER_CLASS), as a worker computes it."""
     from ..feed.crawl import to_feed_request
+    from ..feed.format import FeedEntryError, parse_scrapy_redis_entry
     from ..feed.packer import RequestPacker
 
     if not lines:
@@ -652,7 +697,13 @@ def _packed(lines: list[str], settings: Settings, config: LeasedConfig,
     requests = []
     for i, line in enumerate(lines):
         try:
-            fed = to_feed_request(line, i + 1)
+            if scrapy_redis:
+                try:
+                    fed = parse_scrapy_redis_entry(line)
+                except FeedEntryError as exc:
+                    raise FeedEntryError(f"request {i + 1}: {exc}") from None
+            else:
+                fed = to_feed_request(line, i + 1)
             requests.append(packer.pack(fed.request, fed.names))
         except ValueError as exc:  # FeedEntryError, PayloadError
             raise CommandError(f"{exc}; nothing done") from None
@@ -792,3 +843,165 @@ def _embedded(rest: list[str], opts: argparse.Namespace, settings: Settings) -> 
     print(f"Stopped the {where} ({pid}); {data}, a later crawl resumes it" if stopped
           else f"{where}: not running ({data})")
     return 0
+
+
+# -- from scrapy-redis ----------------------------------------------------------------
+
+
+async def _scrapy_redis_hint(client: Any, crawl: str, settings: Settings,
+                             exists: bool) -> str | None:
+    """The warning that the crawl's spider (named as the crawl) has scrapy-redis state
+    in this Redis (fromscrapyredis.py), or None."""
+    from .. import fromscrapyredis
+
+    try:
+        found = await fromscrapyredis.find(client, fromscrapyredis.SourceKeys.of(crawl, settings))
+    except RedisError:
+        return None
+    return fromscrapyredis.warning(found, crawl, exists)
+
+
+async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Settings,
+                             config: LeasedConfig) -> int:
+    """Move a stopped scrapy-redis crawl of SPIDER into the crawl (LEASED_CRAWL_ID, else
+    SPIDER): mark --seen-urls seen first, then its queue and RedisSpider start URLs are
+    pushed as ``seed`` pushes (dedupe, lanes) and each batch removed from its key once
+    the crawl has it; its dupefilter is left alone (its fingerprints are not Scrapy's)."""
+    from scrapy.spiderloader import get_spider_loader
+
+    from .. import fromscrapyredis as fsr
+
+    try:
+        spidercls = get_spider_loader(settings).load(spider)
+    except KeyError:
+        raise CommandError(f"no spider named {spider!r} in this project: run this in the "
+                           f"project directory of the scrapy-redis spider (its callbacks "
+                           f"are found on its class)") from None
+    crawl = config.crawl_id or check_crawl_id(spider, "SPIDER")
+    source = fsr.SourceKeys.of(spider, settings, queue=opts.queue_key,
+                               dupefilter=opts.dupefilter_key, start_urls=opts.start_urls_key)
+    seen_lines, seen = _seen_urls(opts, settings, config)
+    if opts.pickle:
+        print("Warning: --pickle: each queue entry is unpickled, and unpickling runs "
+              "whatever code the entry names: do this only with a Redis whose writers you "
+              "trust", file=sys.stderr)
+    url, where = _redis_url(opts, config, start_embedded=False)
+    client = make_client(url)
+    try:
+        try:
+            await client.ping()
+        except Exception as exc:
+            raise CommandError(f"cannot reach Redis at {redact(url)} ({where}): "
+                               f"{type(exc).__name__}: {exc}") from None
+        found = {f.role: f for f in await fsr.find(client, source)}
+        if not found and not seen:
+            raise CommandError(
+                f"no scrapy-redis state of spider {spider!r} in Redis at {redact(url)}: no "
+                f"key {source.queue}, {source.start_urls} or {source.dupefilter} (other "
+                f"names: --queue-key, --start-urls-key, --dupefilter-key)")
+        admin = FleetAdmin(client, CrawlKeys(crawl), lease_ms=config.lease_ms,
+                           max_attempts=config.max_attempts)
+        sources, pack = await _checked_sources(client, source, settings, config, opts,
+                                               spidercls)
+        try:
+            if seen:
+                added = await mark_seen(
+                    admin, [(r.bucket, r.member) for r in seen if r.bucket is not None],
+                    config.seen_bucket_bits, config.seen_ttl_ms)
+                print(f"crawl {crawl!r}: marked {_n(len(seen_lines), 'URL')} seen "
+                      f"({sum(added):,} new, {len(added) - sum(added):,} seen already)")
+            for (key, kind), what in zip(sources, ("queued request", "start URL")):
+                if kind != "none":
+                    await _move_source(client, admin, config, crawl, (key, kind, what), pack)
+        except ValueError as exc:  # a seen-set layout the crawl was started with another
+            raise CommandError(str(exc)) from None
+        _print_left(found.get("dupefilter"), sources, source)
+        return 0
+    finally:
+        await client.aclose()
+
+
+def _print_left(df: Any, sources: list[tuple[str, str]], source: Any) -> None:
+    """What a migration leaves: the scrapy-redis dupefilter, or nothing pending."""
+    if df is not None:
+        print(f"kept {df.key} ({df.size:,} fingerprints): scrapy-redis's own SHA1 of "
+              f"each request, not Scrapy's fingerprints, so it cannot be carried over "
+              f"(--seen-urls marks crawled URLs seen instead); delete it once done "
+              f"(redis-cli DEL {df.key})")
+    if all(kind == "none" for _, kind in sources):
+        print(f"nothing pending in {source.queue} or {source.start_urls}")
+
+
+def _seen_urls(opts: argparse.Namespace, settings: Settings, config: LeasedConfig
+               ) -> tuple[list[str], list[NewRequest]]:
+    """The URLs of --seen-urls and their requests (fingerprinted), read before Redis is
+    reached."""
+    if opts.seen_urls is None:
+        return [], []
+    lines = _read_urls([], [opts.seen_urls])
+    if not lines:
+        raise CommandError(f"--seen-urls {opts.seen_urls}: no URL in it")
+    return lines, _packed(lines, settings, config, "mark seen")
+
+
+async def _checked_sources(client: Any, source: Any, settings: Settings, config: LeasedConfig,
+                           opts: argparse.Namespace, spidercls: type
+                           ) -> tuple[list[tuple[str, str]], Callable[[str, list[bytes]],
+                                                                      list[NewRequest]]]:
+    """The scrapy-redis queue and start-URL keys with their types, and how to pack a
+    batch of each; every entry read and checked before anything is written (a batch at
+    a time), else CommandError (nothing done)."""
+    from .. import fromscrapyredis as fsr
+    from ..feed.packer import RequestPacker
+
+    packer = RequestPacker.from_settings(settings, config)
+    try:
+        sources = [(source.queue, await fsr.source_type(client, source.queue)),
+                   (source.start_urls, await fsr.source_type(client, source.start_urls))]
+        loads: Any = None
+        if sources[0][1] != "none":
+            loads = fsr.serializer_of(settings, opts.pickle)
+
+        def pack(key: str, raw: list[bytes]) -> list[NewRequest]:
+            if key == source.queue:
+                return fsr.pack_queue(raw, loads, spidercls, packer, key)
+            return fsr.pack_start_urls(raw, packer, key)
+
+        for key, kind in sources:
+            if kind != "none":
+                async for part in fsr.every_entry(client, key, kind):
+                    pack(key, part)
+    except fsr.MigrationError as exc:
+        raise CommandError(f"{exc}; nothing done") from None
+    return sources, pack
+
+
+async def _move_source(client: Any, admin: FleetAdmin, config: LeasedConfig, crawl: str,
+                       what: tuple[str, str, str],
+                       pack: Callable[[str, list[bytes]], list[NewRequest]]) -> None:
+    """Move the entries of one scrapy-redis key (``what``: key, its type, what an entry
+    is) into the crawl, a batch at a time: pushed, then removed from the key."""
+    from .. import fromscrapyredis as fsr
+
+    key, kind, noun = what
+    moved = new = 0
+    while True:
+        raw = await fsr.next_entries(client, key, kind)
+        if not raw:
+            break
+        try:
+            packed = pack(key, raw)
+        except fsr.MigrationError as exc:  # written meanwhile: stop here
+            raise CommandError(f"{exc}; {moved:,} moved before it, the rest "
+                               f"left in {key}") from None
+        # the crawl has the batch before it leaves the source (a crash between the two: a
+        # re-run pushes this batch again, deduplicated but for its dont_filter requests)
+        new += sum(await admin.seed(packed, config.seen_bucket_bits, config.seen_ttl_ms))
+        if not await fsr.remove_source(client, key, kind, raw):
+            raise CommandError(f"{key}: the entries moved could not be removed from it "
+                               f"(changed meanwhile? stop every scrapy-redis worker "
+                               f"first); {moved:,} moved")
+        moved += len(raw)
+    if moved:
+        print(f"crawl {crawl!r}: moved {_n(moved, noun)} from {key} ({new:,} queued, "
+              f"{moved - new:,} seen already); removed from {key}")

@@ -53,6 +53,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "cookies_set": ("lib_time",),  # cookies.py: the fleet's cookie jars
     "throttle_share": ("lib_time",),  # _throttleshare.py: AutoThrottle's delays
     # forget: no helpers (fleet/admin.py, scrapy leased forget)
+    "mark_seen": ("lib_time",),  # fleet/seen.py (scrapy leased from-scrapy-redis)
     # key_aside: no helpers (a feed or control key of the wrong type moved aside)
     # read: several reads with the server time, atomically (read_atomic below)
 }

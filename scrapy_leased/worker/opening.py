@@ -17,6 +17,7 @@ from .._cancel import cancel_and_wait
 from .._command import exit_if_command_line
 from .._compat import asyncio_loop_in_use
 from .._redis.connection import LeasedRedisError, redact
+from .._redis.watchdog import EmbeddedRedisError
 from .._supervise import supervise
 from ..bootstrap import connect_crawl
 from ..feed.drain import FeedDrainer
@@ -51,14 +52,14 @@ class Opening:
         w.spider = spider
         try:
             client, url = await connect_crawl(w.config)
-        except LeasedRedisError as exc:
+        except (LeasedRedisError, EmbeddedRedisError) as exc:
             exit_if_command_line(exc)
             logger.error("%(error)s", {"error": exc})
             raise
         keys = CrawlKeys(w.config.crawl_id or spider.name)
         await self.build(client, keys, spider)
-        await self.lay_run(spider)
-        await self.join_run(client, keys)
+        run_on = await self.lay_run(spider)
+        await self.join_run(client, keys, run_on)
         await self.start_parts(client, keys)
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": w.worker_id})
@@ -75,6 +76,7 @@ class Opening:
                               limits=w.config.limits)
         w.frontier.on_epoch = w.settle.on_epoch
         w.frontier.on_control = w.control.on_control
+        await self.scrapy_redis_hint(client, keys, spider)
         # the queues' layout once flushed, when flushing (a fresh run may start a crawl
         # whose queues an earlier version laid out)
         await w.frontier.check_layout(w.config.seen_bucket_bits, w.config.seen_ttl_ms,
@@ -86,35 +88,31 @@ class Opening:
         packer = RequestPacker(w.crawler.request_fingerprinter, w.config.seen_bucket_bits,
                                w.codec, w.budgets)
         w.feed = FeedDrainer(w.frontier, packer, spider, w.stats,
-                             closing=lambda: w._closing)
+                             closing=lambda: w._closing,
+                             entry_format=w.config.feed_format)
         w.engine.install(w.settle.on_request_finished)
         worker_ttl_ms = int(w.config.worker_ttl * 1000)
         w.run = RunMarker(client, keys, w.worker_id,
                           max(worker_ttl_ms, 3 * int(w.config.renew_interval * 1000)),
-                          worker_ttl_ms)
+                          worker_ttl_ms, int(w.config.run_grace * 1000))
 
-    async def lay_run(self, spider: Spider) -> None:
+    async def lay_run(self, spider: Spider) -> bool:
         """A fresh run (LEASED_FLUSH_ON_START, or a finished crawl started again), or
         the crawl continued; registered in the worker registry; the feed files
-        claimed."""
+        claimed. True when a run of the crawl was on (joined, nothing flushed)."""
         w = self.w
         assert w.frontier is not None and w.feed is not None
         # a feed key a producer wrote with the wrong command, a control key written by
         # hand: moved aside before a fresh run reads them (lua/run_flush.lua refuses them)
         await w.feed.set_aside()
         await w.control.set_aside()
-        if w.config.flush_on_start:
-            # first: a fresh run also ends a stop a LEASED_CLOSE_* limit set (run_flush.lua)
-            await self.flush_on_start()
-            await w.frontier.check_layout(w.config.seen_bucket_bits,
-                                          w.config.seen_ttl_ms)
-        elif not w.config.resume:
-            await self.afresh_if_finished()
+        run_on = await self.w.runs.fresh_start()
         if not w.joined:  # a flush registered this worker, its id checked in one step
             await self.enter()
         await self.claim_exports(spider)
+        return run_on
 
-    async def join_run(self, client: Any, keys: CrawlKeys) -> None:
+    async def join_run(self, client: Any, keys: CrawlKeys, run_on: bool) -> None:
         """Join the run of the crawl (and learn whether this worker seeds it), unless the
         fleet is stopping; then be in the registry before the first claim."""
         w = self.w
@@ -133,8 +131,14 @@ class Opening:
             if not w.joined:
                 w.seeds = await w.run.join() == SEED
                 w.joined = True
+                if w.seeds and run_on:
+                    # the run found on ended before this worker joined it (its last worker
+                    # closed in between): this worker begins a new run, which starts afresh
+                    # as it would have a moment later, rather than sending its start
+                    # requests again into a finished crawl's seen set
+                    await self.w.runs.fresh_start()
                 if w.seeds and w.config.resume:
-                    await self.say_resumed()
+                    await self.w.runs.say_resumed()
         # in the registry with its host and pid before its first claim (status, reset);
         # if Redis fails now, the first heartbeat records them
         with contextlib.suppress(RedisError, OSError):
@@ -176,6 +180,21 @@ class Opening:
         if w.throttle is not None:
             w._tasks.append(supervise("the shared AutoThrottle", w.throttle.run(),
                                       w.task_failed))
+
+    async def scrapy_redis_hint(self, client: Any, keys: CrawlKeys, spider: Spider) -> None:
+        """A WARNING when the spider has scrapy-redis state in this Redis (a queue, start
+        URLs, a dupefilter: fromscrapyredis.py), which this crawl does not read."""
+        from .. import fromscrapyredis
+
+        try:
+            found = await fromscrapyredis.find(
+                client, fromscrapyredis.SourceKeys.of(spider.name, self.w.crawler.settings))
+            exists = bool(found) and bool(await client.exists(keys.meta, keys.stats))
+        except (RedisError, OSError):  # only a hint: the crawl goes on without it
+            return
+        message = fromscrapyredis.warning(found, spider.name, exists)
+        if message:
+            logger.warning("%(message)s", {"message": message})
 
     async def enter(self) -> None:
         """Register in the crawl's worker registry (lua/worker_enter.lua: the check and the
@@ -219,78 +238,6 @@ class Opening:
         if feed_exporter(self.w.crawler) is not None:
             self.w.writer.before_acks = ExportFiles.for_crawler(self.w.crawler).make_durable
 
-    async def flush_on_start(self) -> None:
-        """LEASED_FLUSH_ON_START: begin a fresh run of the crawl (its frontier state
-        deleted, UpsertPipeline's records kept) when no run of it is on; else join the
-        run on, flushing nothing."""
-        assert self.w.run is not None
-        crawl = self.w.run.keys.crawl_id
-        deleted, alive = await self.w.run.flush(self.w.config.upsert.prefix)
-        if deleted is None:
-            logger.warning("LEASED_FLUSH_ON_START: not flushing crawl %(crawl)s: a run of it "
-                           "is on (%(alive)s); joining that run instead (a crawl is flushed "
-                           "only when no worker of it is alive)",
-                           {"crawl": crawl, "alive": ", ".join(alive)})
-            return
-        self.w.seeds = True
-        self.w.joined = True
-        self.w.stats.inc_value("leased/flushed_keys", deleted)
-        logger.info("LEASED_FLUSH_ON_START: flushed crawl %(crawl)s (%(n)d keys: queue, seen "
-                    "set, done, dead letters, counters; the feed and UpsertPipeline's records "
-                    "kept): this worker starts a fresh run", {"crawl": crawl, "n": deleted})
-
-    async def afresh_if_finished(self) -> None:
-        """A new ``scrapy crawl`` of a crawl that finished starts afresh, as a Scrapy
-        crawl does (LEASED_RESUME unset, the default): its frontier state is deleted as
-        by LEASED_FLUSH_ON_START. A crawl with work left (queued, leased, in the feed,
-        revisits waiting), paused or stopping is continued, and a run that is on is
-        joined. The first WARNING says which, and how to get the other."""
-        assert self.w.run is not None
-        crawl = self.w.run.keys.crawl_id
-        out = await self.w.run.fresh_run(self.w.config.upsert.prefix, only_if_finished=True)
-        if out.deleted is not None:
-            self.w.seeds = True
-            self.w.joined = True
-            self.w.stats.inc_value("leased/flushed_keys", out.deleted)
-            if out.done_before:
-                logger.warning(
-                    "Crawl %(crawl)s finished before (%(done)d requests done): starting it "
-                    "afresh, as a new Scrapy crawl (its seen set, queue and dead letters "
-                    "cleared; UpsertPipeline's records kept). Set LEASED_RESUME = True to "
-                    "continue it instead, crawling only what it has not seen.",
-                    {"crawl": crawl, "done": out.done_before})
-            assert self.w.frontier is not None
-            await self.w.frontier.check_layout(self.w.config.seen_bucket_bits,
-                                             self.w.config.seen_ttl_ms)
-        elif not out.left:  # a run is on: joined, as any worker of a fleet
-            if all(a.startswith("run marker") for a in out.alive):  # but no worker alive
-                logger.warning(
-                    "Crawl %(crawl)s: continuing the run of workers that ended without "
-                    "closing (killed?); its requests left are crawled. To start it "
-                    "afresh instead, once no worker is alive: `scrapy leased reset "
-                    "%(crawl)s --yes`.", {"crawl": crawl})
-        else:
-            left = ", ".join(f"{v} {k}" for k, v in out.left.items()
-                             if k != "control" and v) or f"state {out.left['control']}"
-            logger.warning(
-                "Crawl %(crawl)s has work left from an earlier run (%(left)s): continuing "
-                "it. To start it afresh instead: LEASED_FLUSH_ON_START = True (or "
-                "`scrapy leased reset %(crawl)s --yes`).", {"crawl": crawl, "left": left})
-
-    async def say_resumed(self) -> None:
-        """LEASED_RESUME, this worker starting a new run: say so when the crawl ran
-        before (its seen set still drops what it crawled)."""
-        assert self.w.frontier is not None
-        keys = self.w.frontier.keys
-        with contextlib.suppress(RedisError, OSError, ValueError, TypeError):
-            done = int(await self.w.frontier.client.hget(keys.stats, "done") or 0)
-            if done:
-                logger.warning(
-                    "LEASED_RESUME: continuing crawl %(crawl)s (%(done)d requests done "
-                    "before): requests seen before are dropped as duplicates. Unset "
-                    "LEASED_RESUME for a fresh crawl of it.",
-                    {"crawl": keys.crawl_id, "done": done})
-
     async def close(self, reason: str) -> None:
         w = self.w
         assert w.frontier is not None and w.writer is not None
@@ -316,8 +263,14 @@ class Opening:
         try:
             released = await w.frontier.release(w.worker_id, tokens)
             if w.run is not None and w.joined and await w.run.leave():
-                logger.info("Last worker of this run of the crawl: the run ended (the next "
-                            "worker to start runs start() again)")
+                if w.config.run_grace:
+                    logger.info("Last worker of this run of the crawl: the run ended; a "
+                                "worker starting within LEASED_RUN_GRACE (%(grace)gs) joins "
+                                "it without running start()",
+                                {"grace": w.config.run_grace})
+                else:
+                    logger.info("Last worker of this run of the crawl: the run ended (the "
+                                "next worker to start runs start() again)")
         except (RedisError, OSError) as exc:
             logger.error("Could not release %(n)d claims (%(exc)s); they return to the queue "
                          "when their leases expire", {"n": len(tokens), "exc": exc})

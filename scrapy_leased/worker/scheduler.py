@@ -56,6 +56,7 @@ from .control import STOP_REASON, Control
 from .dropped import dead_letter
 from .failures import Failures
 from .opening import Opening
+from .runs import Runs
 from .seeder import START_BUFFER, Seeder
 from .seen import seen_for
 from .settle import Settlement
@@ -83,9 +84,9 @@ class LeasedScheduler(BaseScheduler):
     """Scrapy's scheduler interface; the work is done by its parts: the claim loop
     (claimloop.py), the claims held (_claimbook.py), the throttled download slots
     (slots.py), settling and the commit bookkeeping (settle.py), failures from signals
-    (failures.py), the fleet's control state (control.py), seeding (seeder.py), the open
-    and close sequences (opening.py), the engine hooks (_engine.py), the dupefilter
-    (seen.py)."""
+    (failures.py), the fleet's control state (control.py), seeding (seeder.py), the run
+    joined (runs.py), the open and close sequences (opening.py), the engine hooks
+    (_engine.py), the dupefilter (seen.py)."""
 
     def __init__(self, crawler: Crawler, config: LeasedConfig, dupefilter: Any,
                  budgets: Budgets, order: QueueOrder | None = None,
@@ -135,6 +136,7 @@ class LeasedScheduler(BaseScheduler):
         self.settle = Settlement(self)
         self.failures = Failures(self.book, config)
         self.seeder = Seeder(self)
+        self.runs = Runs(self)
         self.opening = Opening(self)
 
     @classmethod
