@@ -149,11 +149,11 @@ PROFILE_FUNCTIONS = [
     ("LeasedDupeFilter.seen_key", "  of which the fingerprint (seen_key)"),
     ("encode_request", "  of which encode_request (JSON)"),
     ("CommitWriter._run", "CommitWriter (commit.lua calls)"),
-    ("LeasedScheduler._claim_loop", "claim loop (claim.lua calls)"),
+    ("ClaimLoop.run", "claim loop (claim.lua calls)"),
     ("decode_request", "  of which decode_request"),
     ("LeasedRateMiddleware.process_request", "rate middleware (acquire.lua per request)"),
-    ("LeasedScheduler._renew_loop", "renew loop"),
-    ("LeasedScheduler._sweep_loop", "sweep loop"),
+    ("LeaseKeeper.renew_loop", "renew loop"),
+    ("LeaseKeeper.sweep_loop", "sweep loop"),
 ]
 _FRAME_RE = re.compile(r"^(.*) \((.*?):\d+\)$")
 

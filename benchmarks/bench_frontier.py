@@ -6,8 +6,8 @@ No HTTP and no Scrapy: many simulated workers, spread over ``--procs`` processes
 to Redis exactly what a scrapy_leased worker does, with ``scrapy_leased.frontier.
 Frontier`` and ``scrapy_leased.frontier.writer.CommitWriter`` (the classes the scheduler uses):
 
-* a claim loop as ``LeasedScheduler._claim_loop``, sized by the scheduler's own
-  ``ClaimSizer`` (``_claimsize.py``): ``CONCURRENT_REQUESTS`` (16) download slots; a
+* a claim loop as ``ClaimLoop.run`` (worker/claimloop.py), sized by the worker's own
+  ``ClaimSizer`` (``worker/_claimsize.py``): ``CONCURRENT_REQUESTS`` (16) download slots; a
   claim when there is room for a batch (or nothing claimed waits to be started), for
   the room (slots + margin + batch - 1 - downloading - unstarted), naming as many of the
   lanes the last claim reported ready as ``ClaimSizer.candidates`` says (one more call
@@ -149,7 +149,7 @@ class SimWorker:
                                  max_attempts=4)
         for name, script in list(self.frontier._s.items()):
             self.frontier._s[name] = counted(window, name, script)
-        from scrapy_leased._claimsize import ClaimSizer
+        from scrapy_leased.worker._claimsize import ClaimSizer
         from scrapy_leased.frontier.writer import LINGER_SECONDS
 
         self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS)

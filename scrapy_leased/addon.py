@@ -10,16 +10,16 @@ from scrapy.utils.misc import load_object
 from ._command import exit_if_command_line, runs_plain
 from ._redis.connection import LeasedRedisError, check_reachable
 from .cookies import LeasedCookiesMiddleware
-from .dupefilter import LeasedDupeFilter
 from .feedexports import install as install_feed_exports
 from .logstats import LeasedLogStats
 from .middleware import LeasedFailureMiddleware
 from .observe.stats import LeasedFleetStats
 from .ratelimit.middleware import LeasedRateMiddleware
-from .scheduler import LeasedScheduler
-from .seeding import LeasedStartMiddleware
 from .settings import LeasedConfig, LeasedConfigError
 from .upsert import UpsertFenceMiddleware, UpsertPipeline
+from .worker.dupefilter import LeasedDupeFilter
+from .worker.scheduler import LeasedScheduler
+from .worker.seeding import LeasedStartMiddleware
 
 if TYPE_CHECKING:
     from scrapy.settings import Settings

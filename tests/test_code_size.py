@@ -21,10 +21,6 @@ MAX_FUNCTION = 60
 
 #: "module:Qualified.name" of what is still too long
 KNOWN: set[str] = {
-    "scrapy_leased.scheduler:LeasedScheduler",
-    "scrapy_leased.scheduler:LeasedScheduler.__init__",
-    "scrapy_leased.scheduler:LeasedScheduler._open",
-    "scrapy_leased.scheduler:LeasedScheduler._claim_loop",
     "scrapy_leased.settings.config:LeasedConfig.from_settings",
     "scrapy_leased.fleet.diagnose:diagnose",
     "scrapy_leased.observe.server:dashboard_app",

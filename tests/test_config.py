@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_leased.dupefilter import KnownSeen
 from scrapy_leased.frontier import Budget
 from scrapy_leased.settings import Budgets, LeasedConfig, LeasedConfigError
+from scrapy_leased.worker.dupefilter import KnownSeen
 
 
 def config(**values) -> LeasedConfig:

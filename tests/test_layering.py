@@ -25,21 +25,18 @@ PACKAGE = Path(__file__).resolve().parents[1] / "scrapy_leased"
 #: bottom to top: ``_redis <- frontier <- settings <- {ratelimit, upsert, feed, fleet}
 #: <- {worker, observe} <- {addon, commands}``, with the leaf helpers at the bottom
 LAYERS: list[set[str]] = [
-    {"_version", "_compat", "_cancel", "_supervise", "meta", "signals", "exceptions", "_redis"},
+    {"_version", "_compat", "_cancel", "_supervise", "_command", "meta", "signals", "exceptions",
+     "_redis"},
     {"frontier"},
     {"settings", "bootstrap", "codec", "order", "runtime"},
     {"ratelimit", "upsert", "feed", "fleet", "fromscrapyredis"},
-    {"scheduler", "dupefilter", "middleware", "seeding", "cookies", "feedexports",
-     "_claimbook", "_claimsize", "_leasekeeper", "_throttleshare", "observe", "logstats",
-     "dropped", "fleetspidermon"},
-    {"addon", "commands", "_command", "__init__"},
+    {"worker", "middleware", "cookies", "feedexports", "observe", "logstats", "fleetspidermon"},
+    {"addon", "commands", "__init__"},
 ]
 
 #: what is still to move: (importer, imported) for a wrong-way import, and the sorted
 #: parts of each circle within a layer
-KNOWN: set[tuple[str, ...]] = {
-    ("scheduler", "_command"),
-}
+KNOWN: set[tuple[str, ...]] = set()
 
 
 def _part(module: str) -> str:
@@ -141,7 +138,7 @@ def test_imports_point_down_and_make_no_circle() -> None:
 
 
 def test_the_check_finds_a_wrong_way_import_and_a_circle() -> None:
-    edges = {"frontier": {"_redis"}, "_redis": {"frontier"}, "settings": {"scheduler"}}
-    assert problems(edges) == {("_redis", "frontier"), ("settings", "scheduler")}
+    edges = {"frontier": {"_redis"}, "_redis": {"frontier"}, "settings": {"worker"}}
+    assert problems(edges) == {("_redis", "frontier"), ("settings", "worker")}
     edges = {"fleet": {"feed"}, "feed": {"upsert"}, "upsert": {"fleet"}, "frontier": {"_redis"}}
     assert problems(edges) == {("circle", "feed", "fleet", "upsert")}

@@ -30,7 +30,7 @@ from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.meta import META_FREE_SINCE, META_NOT_BEFORE
 from scrapy_leased.ratelimit import LeasedRateMiddleware
 from scrapy_leased.runtime import attach
-from scrapy_leased.scheduler import LeasedScheduler
+from scrapy_leased.worker.scheduler import LeasedScheduler
 from tests.support.redis_server import RedisServer
 from tests.support.workers import wait_for
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 async def _control(admin: FleetAdmin, sub: str, config: LeasedConfig) -> int:
-    from ..scheduler import STOP_REASON  # (imports the worker's side: only here)
+    from ..worker.control import STOP_REASON  # (imports the worker's side: only here)
 
     crawl = admin.keys.crawl_id
     state = CONTROL[sub]

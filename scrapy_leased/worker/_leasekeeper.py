@@ -17,10 +17,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ..frontier import Frontier
+from ..frontier.run import RunMarker
+from ..frontier.scripts import WrongKeyType
 from ._claimbook import ClaimBook
-from .frontier import Frontier
-from .frontier.run import RunMarker
-from .frontier.scripts import WrongKeyType
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from scrapy import Request
 
-    from .frontier import Revisit
+    from ..frontier import Revisit
 
 
 class Claim:

@@ -23,8 +23,8 @@ from scrapy import Request, Spider
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.utils.job import job_dir
 
-from .frontier.fingerprints import split_fingerprint
-from .settings import LeasedConfig
+from ..frontier.fingerprints import split_fingerprint
+from ..settings import config_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -81,7 +81,7 @@ class LeasedDupeFilter(RFPDupeFilter):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = LeasedConfig.from_settings(crawler.settings)
+        config = config_for(crawler)
         return cls(crawler, config.seen_bucket_bits, crawler.settings.getbool("DUPEFILTER_DEBUG"),
                    config.seen_cache, job_dir(crawler.settings))
 

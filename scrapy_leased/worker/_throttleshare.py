@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy import signals
 
+from ..frontier.scripts import as_str, pairs, register
 from ._leasekeeper import Kick, WarnOnce, running
-from .frontier.scripts import as_str, pairs, register
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from .frontier.keys import CrawlKeys
+    from ..frontier.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
-from .runtime import worker_of
+from ..runtime import worker_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
