@@ -97,32 +97,9 @@ class LeasedConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> LeasedConfig:
         meta_types(settings)  # LEASED_META_TYPES: what it names can be imported and stored
-
-        url = settings.get("LEASED_REDIS_URL") or None
-        if url is not None:
-            if not isinstance(url, str):
-                raise LeasedConfigError(f"LEASED_REDIS_URL ({url!r}) must be a string.")
-            check_redis_url(url)
-        crawl_id = settings.get("LEASED_CRAWL_ID") or None
-        if crawl_id is not None:
-            check_crawl_id(crawl_id)
-        lease = number_setting(settings, "LEASED_LEASE_SECONDS", LEASE_SECONDS, minimum=1,
-                        exclusive=False)
-        renew = number_setting(settings, "LEASED_RENEW_INTERVAL", lease / 3, minimum=0)
-        if renew >= lease:
-            raise LeasedConfigError(
-                f"LEASED_RENEW_INTERVAL ({renew!r}) must be lower than "
-                f"LEASED_LEASE_SECONDS ({lease!r}), or leases expire between renewals."
-            )
-        try:
-            fail_codes = frozenset(int(c) for c in settings.getlist("LEASED_FAIL_HTTP_CODES"))
-            if any(not 100 <= c <= 999 for c in fail_codes):
-                raise ValueError
-        except (TypeError, ValueError, OverflowError):
-            raw = settings.get("LEASED_FAIL_HTTP_CODES")
-            raise LeasedConfigError(
-                f"LEASED_FAIL_HTTP_CODES ({raw!r}) must be a list of HTTP status codes."
-            ) from None
+        url, crawl_id = _redis_url(settings), _crawl_id(settings)
+        lease, renew = _lease(settings)
+        fail_codes = _fail_codes(settings)
         return cls(
             redis_url=url,
             crawl_id=crawl_id,
@@ -185,6 +162,48 @@ class LeasedConfig:
     def prune_ms(self) -> int:
         """Registry entries of workers silent this long are removed (renew.lua)."""
         return int(self.worker_ttl * WORKER_PRUNE_TTLS * 1000)
+
+
+def _redis_url(settings: BaseSettings) -> str | None:
+    url = settings.get("LEASED_REDIS_URL") or None
+    if url is not None:
+        if not isinstance(url, str):
+            raise LeasedConfigError(f"LEASED_REDIS_URL ({url!r}) must be a string.")
+        check_redis_url(url)
+    return url
+
+
+def _crawl_id(settings: BaseSettings) -> str | None:
+    crawl_id = settings.get("LEASED_CRAWL_ID") or None
+    if crawl_id is not None:
+        check_crawl_id(crawl_id)
+    return crawl_id
+
+
+def _lease(settings: BaseSettings) -> tuple[float, float]:
+    """LEASED_LEASE_SECONDS and LEASED_RENEW_INTERVAL (a third of it by default)."""
+    lease = number_setting(settings, "LEASED_LEASE_SECONDS", LEASE_SECONDS, minimum=1,
+                           exclusive=False)
+    renew = number_setting(settings, "LEASED_RENEW_INTERVAL", lease / 3, minimum=0)
+    if renew >= lease:
+        raise LeasedConfigError(
+            f"LEASED_RENEW_INTERVAL ({renew!r}) must be lower than "
+            f"LEASED_LEASE_SECONDS ({lease!r}), or leases expire between renewals."
+        )
+    return lease, renew
+
+
+def _fail_codes(settings: BaseSettings) -> frozenset[int]:
+    try:
+        fail_codes = frozenset(int(c) for c in settings.getlist("LEASED_FAIL_HTTP_CODES"))
+        if any(not 100 <= c <= 999 for c in fail_codes):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raw = settings.get("LEASED_FAIL_HTTP_CODES")
+        raise LeasedConfigError(
+            f"LEASED_FAIL_HTTP_CODES ({raw!r}) must be a list of HTTP status codes."
+        ) from None
+    return fail_codes
 
 
 def _seen_ttl(settings: BaseSettings) -> float:
