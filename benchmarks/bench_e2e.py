@@ -4,7 +4,7 @@
                                    [--pages 5000]
 
 One run: a fresh test site (``example_project/testsite.py`` as a subprocess, with
-TCP_NODELAY: see ``bench_site.py``; every request logged), an emptied private redis-server with
+TCP_NODELAY: see ``site_nodelay.py``; every request logged), an emptied private redis-server with
 its statistics reset (``FLUSHALL``, ``CONFIG RESETSTAT``), then ``--workers``
 ``scrapy crawl site`` processes of ``benchmarks/project`` started at once, each left to
 end by itself. ``benchmarks/run_all.py`` calls :func:`run` and repeats it.
@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
-from bench_site import BenchSite  # noqa: E402
+from site_nodelay import BenchSite  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 PROJECT = REPO_ROOT / "benchmarks" / "project"
@@ -149,11 +149,11 @@ PROFILE_FUNCTIONS = [
     ("LeasedDupeFilter.seen_key", "  of which the fingerprint (seen_key)"),
     ("encode_request", "  of which encode_request (JSON)"),
     ("CommitWriter._run", "CommitWriter (commit.lua calls)"),
-    ("LeasedScheduler._claim_loop", "claim loop (claim.lua calls)"),
+    ("ClaimLoop.run", "claim loop (claim.lua calls)"),
     ("decode_request", "  of which decode_request"),
     ("LeasedRateMiddleware.process_request", "rate middleware (acquire.lua per request)"),
-    ("LeasedScheduler._renew_loop", "renew loop"),
-    ("LeasedScheduler._sweep_loop", "sweep loop"),
+    ("LeaseKeeper.renew_loop", "renew loop"),
+    ("LeaseKeeper.sweep_loop", "sweep loop"),
 ]
 _FRAME_RE = re.compile(r"^(.*) \((.*?):\d+\)$")
 

@@ -6,8 +6,8 @@ No HTTP and no Scrapy: many simulated workers, spread over ``--procs`` processes
 to Redis exactly what a scrapy_leased worker does, with ``scrapy_leased.frontier.
 Frontier`` and ``scrapy_leased.frontier.writer.CommitWriter`` (the classes the scheduler uses):
 
-* a claim loop as ``LeasedScheduler._claim_loop``, sized by the scheduler's own
-  ``ClaimSizer`` (``_claimsize.py``): ``CONCURRENT_REQUESTS`` (16) download slots; a
+* a claim loop as ``ClaimLoop.run`` (worker/claimloop.py), sized by the worker's own
+  ``ClaimSizer`` (``worker/_claimsize.py``): ``CONCURRENT_REQUESTS`` (16) download slots; a
   claim when there is room for a batch (or nothing claimed waits to be started), for
   the room (slots + margin + batch - 1 - downloading - unstarted), naming as many of the
   lanes the last claim reported ready as ``ClaimSizer.candidates`` says (one more call
@@ -140,7 +140,7 @@ def counted(window: Window, name: str, script: Any) -> Any:
 class SimWorker:
     def __init__(self, url: str, wid: str, window: Window, latency: tuple[float, float],
                  hosts: int, pool: list[Any], rng: random.Random) -> None:
-        from scrapy_leased.connection import make_client
+        from scrapy_leased._redis.connection import make_client
         from scrapy_leased.frontier import Frontier
         from scrapy_leased.frontier.keys import CrawlKeys
         from scrapy_leased.frontier.writer import CommitWriter
@@ -149,7 +149,7 @@ class SimWorker:
                                  max_attempts=4)
         for name, script in list(self.frontier._s.items()):
             self.frontier._s[name] = counted(window, name, script)
-        from scrapy_leased._claimsize import ClaimSizer
+        from scrapy_leased.worker._claimsize import ClaimSizer
         from scrapy_leased.frontier.writer import LINGER_SECONDS
 
         self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS)
@@ -353,7 +353,7 @@ def system_busy() -> float:
 
 
 def seed(url: str, n: int, hosts: int) -> None:
-    from scrapy_leased.connection import make_client
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import Frontier
     from scrapy_leased.frontier.keys import CrawlKeys
 
@@ -502,7 +502,7 @@ def script_costs(srv: Any, calls: int = 2000, log: Any = print) -> list[dict[str
     the trivial script as the cost of a round trip: input for making the scripts cheaper.
     It measures one version per run: to compare two versions on a shared machine, use
     bench_script_ab.py (both on one server, calls interleaved)."""
-    from scrapy_leased.connection import make_client
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
     from scrapy_leased.frontier.keys import CrawlKeys
 

@@ -4,7 +4,7 @@
         [--reps 3] [--setups plain:1,leased_defaults:1,leased_defaults:1:LEASED_PREFETCH=16]
 
 One run is ``bench_e2e.run`` (the same benchmark project, spider and measurements as
-the CPU-bound case) against ``latency_site.LatencySite`` instead of the test site:
+the CPU-bound case) against ``site_latency.LatencySite`` instead of the test site:
 each page answers after the delay of its profile (``fixed100``: 100 ms; ``spread``:
 20-150 ms on 6 hosts, 200-500 ms on 2 slow ones), on several hosts (127.0.0.x, one
 download slot and one lane each), ``CONCURRENT_REQUESTS`` 16 and
@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 from bench_e2e import run as e2e_run  # noqa: E402
-from latency_site import LatencySite, profile_summary  # noqa: E402
+from site_latency import LatencySite, profile_summary  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 SAMPLE_S = 0.02  # BenchReport's sampling period

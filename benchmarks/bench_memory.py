@@ -6,7 +6,7 @@ Measured on an emptied private redis-server (``FLUSHALL``) as the growth of
 ``INFO memory`` ``used_memory`` divided by the number of URLs, at 100,000 and at
 ``--urls`` URLs (``http://example.com/p/{i}``: plain GETs, one host):
 
-* seen: the fleet-wide seen set, filled the way ``benchmarks/seen_memory.py`` does
+* seen: the fleet-wide seen set, filled the way ``benchmarks/bench_seen_memory.py`` does
   (scrapy_leased: ``commit.lua`` through ``Frontier.commit``, queue entries deleted
   before measuring; scrapy-redis: its ``<spider>:dupefilter`` SET of 40-hex SHA-1s);
 * queued: the queue alone, no seen set. scrapy_leased: ``Frontier.commit`` of
@@ -42,11 +42,11 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import scrapy  # noqa: E402
 
 from scrapy_leased.codec import encode_request  # noqa: E402
-from scrapy_leased.connection import make_client  # noqa: E402
+from scrapy_leased._redis.connection import make_client  # noqa: E402
 from scrapy_leased.frontier.fingerprints import split_fingerprint  # noqa: E402
 from scrapy_leased.frontier import Frontier, NewRequest  # noqa: E402
 from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
-from seen_memory import (  # noqa: E402
+from bench_seen_memory import (  # noqa: E402
     BATCH, bucket_report, fill_baseline, fill_leased_commit, fingerprints, used_memory,
 )
 from tests.support.redis_server import RedisServer  # noqa: E402

@@ -72,7 +72,7 @@ def sources_at(ref: str | None) -> dict[str, str]:
 
 async def run(url: str, r: Any, sides: list[tuple[str, dict[str, str]]], cases: list[str],
               calls: int, seeds: int) -> list[dict[str, Any]]:
-    from scrapy_leased.connection import make_client
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
     from scrapy_leased.frontier.keys import CrawlKeys
 

@@ -108,7 +108,7 @@ class Counted:
 
 
 def frontier_phases(srv: Counted, calls: int, lanes: int) -> None:
-    from scrapy_leased.connection import make_client
+    from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
     from scrapy_leased.frontier.keys import CrawlKeys
 

@@ -46,7 +46,7 @@ class _Target:
 
 async def _call_latency(url: str, calls: int) -> tuple[float, float]:
     """(median, p99) seconds of one Frontier.commit of one new request."""
-    from scrapy_leased.connection import connect
+    from scrapy_leased._redis.connection import connect
     from scrapy_leased.frontier import Frontier, NewRequest
     from scrapy_leased.frontier.keys import CrawlKeys
 

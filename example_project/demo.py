@@ -49,8 +49,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
 import redis.asyncio as aioredis  # noqa: E402
 
 from scrapy_leased.fleet import FleetAdmin, Lease, Snapshot  # noqa: E402
-from scrapy_leased.ratelimit.budgets import parse_rate  # noqa: E402
-from scrapy_leased.embedded import (  # noqa: E402
+from scrapy_leased.settings import parse_rate  # noqa: E402
+from scrapy_leased._redis.embedded import (  # noqa: E402
     ensure_embedded_redis,
     running_embedded_redis,
     stop_embedded_redis,

@@ -95,21 +95,3 @@ async def close_crawl(crawler: Crawler, reason: str,
             await maybe_deferred_to_future(engine.close_spider(engine.spider, reason))
     except Exception:
         logger.exception("Could not close the spider (%(reason)s)", {"reason": reason})
-
-
-def crawl_stopper(crawler: Crawler) -> OnBug:
-    """``on_bug`` for a task of the add-on outside the scheduler: the leased scheduler
-    stops the worker (``task_failed``); with another scheduler, the spider is closed."""
-
-    def on_bug(name: str, exc: BaseException) -> None:
-        from .scheduler import leased_scheduler
-
-        scheduler = leased_scheduler(crawler)
-        if scheduler is not None:
-            scheduler.task_failed(name, exc)
-        else:
-            task = asyncio.ensure_future(close_crawl(crawler, BUG_REASON))
-            _closers.add(task)
-            task.add_done_callback(_closers.discard)
-
-    return on_bug

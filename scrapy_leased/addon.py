@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING
 from scrapy.utils.misc import load_object
 
 from ._command import exit_if_command_line, runs_plain
-from .config import LeasedConfig, LeasedConfigError
-from .connection import LeasedRedisError, check_reachable
+from ._redis.connection import LeasedRedisError, check_reachable
 from .cookies import LeasedCookiesMiddleware
-from .dupefilter import LeasedDupeFilter
 from .feedexports import install as install_feed_exports
 from .logstats import LeasedLogStats
 from .middleware import LeasedFailureMiddleware
 from .observe.stats import LeasedFleetStats
 from .ratelimit.middleware import LeasedRateMiddleware
-from .scheduler import LeasedScheduler
-from .seeding import LeasedStartMiddleware
+from .settings import LeasedConfig, LeasedConfigError
 from .upsert import UpsertFenceMiddleware, UpsertPipeline
+from .worker.dupefilter import LeasedDupeFilter
+from .worker.scheduler import LeasedScheduler
+from .worker.seeding import LeasedStartMiddleware
 
 if TYPE_CHECKING:
     from scrapy.settings import Settings
@@ -103,7 +103,7 @@ def install_cookies(settings: Settings) -> None:
 class Addon:
     """Sets the leased scheduler, dupefilter and middlewares at "addon" priority, so a
     project can still override each of them (the others then step aside). It checks
-    the reactor, and the settings through the settings layer (config.py), which
+    the reactor, and the settings through the settings layer (settings/config.py), which
     names the first bad one."""
 
     def update_settings(self, settings: Settings) -> None:

@@ -10,8 +10,8 @@ import asyncio
 import logging
 from typing import Any
 
-from .config import LeasedConfig
-from .connection import connect
+from ._redis.connection import connect
+from .settings import LeasedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def crawl_redis_url(config: LeasedConfig, *, start: bool = True) -> tuple[str | 
     once its last user is gone). Raises EmbeddedRedisError."""
     if config.redis_url is not None:
         return config.redis_url, URL_SETTING
-    from .embedded import ensure_embedded_redis, reopen_embedded_redis
+    from ._redis.embedded import ensure_embedded_redis, reopen_embedded_redis
 
     if start:
         url: str | None = ensure_embedded_redis(config.embedded_dir, config.embedded_server)

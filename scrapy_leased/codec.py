@@ -18,6 +18,14 @@ that itemadapter does not take for an item class, is refused, so data in Redis c
 make a worker import or call anything else. What cannot be stored raises PayloadError
 naming the request and where the value sits (``meta['item']['when']``).
 
+Other classes a project trusts are named in ``LEASED_META_TYPES`` (meta_types), each with
+an explicit encoder and decoder: a payload names such a class only by the name the
+setting gave it, and only classes named there (and the built-in scrapy-playwright
+``PageMethod``) are rebuilt. What cannot cross workers (a live ``playwright_page``, a
+callable, an open file) is refused with what to do instead. scrapy-poet's injected
+callback arguments (page objects, web-poet inputs) are left out of a stored request's
+``cb_kwargs``: scrapy-poet builds them again for the next download.
+
 What the codec accepts can be sent to Redis as it is: a request whose text holds a lone
 surrogate (``"\\ud83d"``, half of an emoji: a str Python holds and UTF-8 cannot encode,
 which redis-py refuses with a UnicodeEncodeError), a priority that is not an integer
@@ -32,11 +40,13 @@ import base64
 import datetime
 import decimal
 import importlib
+import io
 import json
 import sys
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from itemadapter import ItemAdapter
@@ -44,7 +54,8 @@ from scrapy import Request, Spider
 from scrapy.http.request import NO_CALLBACK
 from scrapy.settings import BaseSettings
 
-from .config import item_modules
+from .exceptions import LeasedConfigError
+from .frontier.scripts import safe_text as safe_text  # what a message may carry into Redis
 from .meta import PRIVATE_META_PREFIX, revisit_ms, shown
 
 TAG = "$leased"
@@ -60,7 +71,8 @@ _PACKED = ("cookies", "meta", "flags", "cb_kwargs")  # may hold more than JSON
 _HANDLED = {"url", "headers", "body", "priority", "callback", "errback", *_DIRECT}
 _SIMPLE = (str, int, float, bool, type(None))
 SUPPORTED = ("JSON types, bytes, datetime/date/time/timedelta, Decimal, UUID, tuples, sets, "
-             "Requests and items of the project's classes")
+             "Requests, items of the project's classes, scrapy-playwright PageMethods and "
+             "the classes of LEASED_META_TYPES")
 
 
 #: The largest priority a stored request may have (and minus it the smallest): Redis's
@@ -69,15 +81,6 @@ MAX_PRIORITY = 2**53 - 1
 #: Where a field of a payload comes from, for messages (``meta['x']``).
 _FIELD_NAMES = {"u": "url", "h": "headers", "b": "body", "cb": "callback", "eb": "errback",
                 "x": "attribute", "cls": "class", "p": "priority", **_LONG}
-
-
-def safe_text(text: str) -> str:
-    """``text`` with each lone surrogate written as its escape (``\\ud83d``): what a
-    message, a reason or a log line may carry into Redis (redis-py encodes text as
-    strict UTF-8)."""
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def unencodable(value: Any, where: str = "") -> str | None:
@@ -119,8 +122,9 @@ class _Unstorable(Exception):
         super().__init__(detail)
         self.value = value
         self.detail = detail
-        self.fix = fix or (f"meta and cb_kwargs may hold {SUPPORTED} "
-                           "(SPIDER_MODULES, LEASED_ITEM_MODULES)")
+        self.fix = fix or (f"meta and cb_kwargs may hold {SUPPORTED}; to store objects "
+                           "of another class, name it in LEASED_META_TYPES with an encoder "
+                           "and a decoder (docs/plugins.md#objects-in-meta)")
         self.path: list[str] = []
 
 
@@ -128,11 +132,224 @@ def _where(path: Iterable[str]) -> str:
     return "".join(path)
 
 
-class ItemClasses:
-    """The modules item classes named in a payload may come from."""
+@dataclass(frozen=True)
+class MetaType:
+    """A class whose objects may travel in meta and cb_kwargs (``LEASED_META_TYPES``):
+    ``encode(obj)`` gives data the codec can store (JSON types and what else meta may
+    hold, other registered objects included), ``decode(data)`` an object equal to
+    ``obj``. ``load`` gives the class (imported when the setting names it; the
+    built-in ones only from their fixed module, when a payload holds one)."""
 
-    def __init__(self, modules: Iterable[str]) -> None:
+    name: str  # "module:qualname", as payloads name it
+    load: Callable[[], type]
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+
+
+def _page_method_class() -> type:
+    module = sys.modules.get("scrapy_playwright.page") or importlib.import_module(
+        "scrapy_playwright.page")
+    cls: type = module.PageMethod
+    return cls
+
+
+def _encode_page_method(pm: Any) -> Any:
+    if not isinstance(pm.method, str):
+        raise _Unstorable(pm, f"whose method is {pm.method!r}, a callable",
+                          "a worker cannot receive code: use a PageMethod with the name of "
+                          "a Playwright Page method (PageMethod('evaluate', 'js code')), or "
+                          "call the function in the callback with playwright_include_page")
+    return {"m": pm.method, "a": list(pm.args), "kw": pm.kwargs}
+
+
+def _decode_page_method(data: Any) -> Any:
+    return _page_method_class()(data["m"], *data.get("a", ()), **data.get("kw", {}))
+
+
+#: Built-in meta types, by payload name: found by their class's name when encoding (their
+#: module is never imported to encode), imported from that fixed module to decode.
+BUILTIN_TYPES: dict[str, MetaType] = {
+    "scrapy_playwright.page:PageMethod": MetaType(
+        "scrapy_playwright.page:PageMethod", _page_method_class, _encode_page_method,
+        _decode_page_method),
+}
+
+
+def _import_object(path: str, setting: str) -> Any:
+    module, sep, qual = path.partition(":")
+    if not sep:
+        module, _, qual = path.rpartition(".")
+    if not module or not qual:
+        raise LeasedConfigError(f"{setting}: {path!r} is not a dotted path to a class "
+                                "(e.g. 'myproject.types.Money')")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        raise LeasedConfigError(f"{setting}: {path!r} cannot be imported: "
+                                f"{type(exc).__name__}: {exc}") from None
+    return obj
+
+
+def _by_fields(cls: type) -> tuple[Callable[[Any], Any], Callable[[Any], Any]] | None:
+    """Encoder and decoder of a dataclass or attrs class (its fields by name)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls)]
+    elif getattr(cls, "__attrs_attrs__", None) is not None:
+        names = [a.name for a in cls.__attrs_attrs__]  # type: ignore[attr-defined]
+    else:
+        return None
+    return ((lambda obj: {n: getattr(obj, n) for n in names}),
+            (lambda data: _build_item(cls, data)))
+
+
+def _to_dict(obj: Any) -> Any:
+    return obj.to_dict()
+
+
+def _constant(cls: type) -> Callable[[], type]:
+    return lambda: cls
+
+
+def meta_types(settings: BaseSettings | None) -> dict[str, MetaType]:
+    """The built-in meta types and those of ``LEASED_META_TYPES``: a list of classes
+    (dotted paths) that have ``to_dict()`` and a classmethod ``from_dict(data)``, or are
+    dataclasses or attrs classes (stored field by field); or a dict of class -> codec,
+    an object (a class, an instance, a module) with ``encode(obj)`` and
+    ``decode(data)``. Imports what it names (and nothing else); raises
+    LeasedConfigError naming the setting."""
+    found = dict(BUILTIN_TYPES)
+    raw = settings.get("LEASED_META_TYPES") if settings is not None else None
+    if not raw:
+        return found
+    assert settings is not None
+    for key, codec_path in _meta_types_setting(settings).items():
+        meta_type = _meta_type(key, codec_path)
+        if meta_type is not None:
+            found[meta_type.name] = meta_type
+    return found
+
+
+def _meta_types_setting(settings: BaseSettings) -> Mapping[Any, Any]:
+    """LEASED_META_TYPES as a mapping class -> codec (None: the class's own)."""
+    setting = "LEASED_META_TYPES"
+    raw = settings.get(setting)
+    if isinstance(raw, str):
+        text = raw.strip()
+        try:
+            raw = json.loads(text) if text.startswith(("{", "[")) else [
+                p.strip() for p in text.split(",") if p.strip()]
+        except ValueError:
+            raw = None
+    if isinstance(raw, (list, tuple)):
+        raw = dict.fromkeys(raw)
+    if not isinstance(raw, Mapping) or not all(
+            isinstance(k, (str, type)) and (v is None or isinstance(v, str) or not isinstance(
+                v, (int, float, bool, list, dict))) for k, v in raw.items()):
+        raise LeasedConfigError(
+            f"{setting} ({settings.get(setting)!r}) must be a list of classes, or a dict of "
+            "class -> codec, as dotted paths: ['myproject.types.Money'] or "
+            "{'myproject.types.Money': 'myproject.types.MoneyCodec'}")
+    return raw
+
+
+def _meta_type(key: Any, codec_path: Any) -> MetaType | None:
+    """The MetaType of one entry of LEASED_META_TYPES (None: a built-in one)."""
+    setting = "LEASED_META_TYPES"
+    cls = key if isinstance(key, type) else _import_object(key, setting)
+    if not isinstance(cls, type):
+        raise LeasedConfigError(f"{setting}: {key!r} is not a class")
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    if "<locals>" in name:
+        raise LeasedConfigError(f"{setting}: {key!r} is defined inside a function: a "
+                                "worker finds it by name, define it in a module")
+    if codec_path is None and name in BUILTIN_TYPES:
+        return None  # named although built in (scrapy_playwright.page.PageMethod)
+    if codec_path is not None:
+        codec = (_import_object(codec_path, setting) if isinstance(codec_path, str)
+                 else codec_path)
+        encode, decode = getattr(codec, "encode", None), getattr(codec, "decode", None)
+        if not (callable(encode) and callable(decode)):
+            raise LeasedConfigError(
+                f"{setting}: the codec of {key!r} ({codec_path!r}) has no encode(obj) "
+                "and decode(data) functions")
+    elif callable(getattr(cls, "to_dict", None)) and callable(
+            getattr(cls, "from_dict", None)):
+        encode, decode = _to_dict, cls.from_dict  # type: ignore[attr-defined]
+    else:
+        fields = _by_fields(cls)
+        if fields is None:
+            raise LeasedConfigError(
+                f"{setting}: {key!r} is neither a dataclass nor an attrs class and has "
+                "no to_dict()/from_dict(data): name a codec for it, "
+                f"{{{name.replace(':', '.')!r}: 'myproject.codecs.{cls.__name__}Codec'}}, "
+                "an object with encode(obj) and decode(data)")
+        encode, decode = fields
+    return MetaType(name, _constant(cls), encode, decode)
+
+
+def item_modules(settings: BaseSettings) -> list[str]:
+    """``LEASED_ITEM_MODULES``: module names (a list, or comma-separated); raises
+    LeasedConfigError."""
+    extra = settings.get("LEASED_ITEM_MODULES") or []
+    if isinstance(extra, str):
+        extra = [m.strip() for m in extra.split(",")]
+    if not isinstance(extra, (list, tuple)) or not all(
+            isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
+            for m in extra):
+        raise LeasedConfigError(
+            f"LEASED_ITEM_MODULES ({settings.get('LEASED_ITEM_MODULES')!r}) must be a "
+            "list of module names, e.g. ['myproject.items', 'shared_items'].")
+    return list(extra)
+
+
+def _poet_injected(value: Any) -> bool:
+    """Whether a cb_kwargs value is one scrapy-poet injects (a page object, a web-poet
+    page input), which it builds again for each download (never imports web_poet)."""
+    web_poet = sys.modules.get("web_poet")
+    if web_poet is None:
+        return False
+    injectable = getattr(web_poet, "Injectable", None)
+    if isinstance(injectable, type) and isinstance(value, injectable):
+        return True
+    return type(value).__module__.startswith("web_poet.page_inputs")
+
+
+def _refusal(value: Any) -> _Unstorable:
+    """Why ``value`` (of no storable type) cannot be stored, with what to do instead."""
+    module = type(value).__module__ or ""
+    if module.split(".")[0] == "playwright":
+        return _Unstorable(
+            value, "a live Playwright object of this worker's browser",
+            "it cannot cross workers (another worker may download the request): leave "
+            "'playwright_page' out of the requests you yield and redo the page's steps with "
+            "playwright_page_methods, or finish the work in the callback that got the page "
+            "(playwright_include_page) and close it there")
+    if isinstance(value, type):
+        return _Unstorable(value, "a class", "store its name, or name the class in "
+                           "LEASED_META_TYPES and store an object of it")
+    if callable(value):
+        return _Unstorable(
+            value, "a callable", "a worker cannot receive code: store the name of a spider "
+            "method (a str) and find it with getattr(self, name) in the callback "
+            "(scrapy-playwright takes method names in playwright_page_event_handlers)")
+    if isinstance(value, io.IOBase):
+        return _Unstorable(value, "an open file", "it exists only in this process: store "
+                           "its path and open it where it is used")
+    return _Unstorable(value)
+
+
+class ItemClasses:
+    """The modules item classes named in a payload may come from, and the other classes
+    a payload may name (``types``: meta_types; the built-in ones when not given)."""
+
+    def __init__(self, modules: Iterable[str],
+                 types: Mapping[str, MetaType] | None = None) -> None:
         self.modules = tuple(dict.fromkeys(m for m in modules if m))
+        self.types: Mapping[str, MetaType] = BUILTIN_TYPES if types is None else types
         self._with: dict[type, ItemClasses] = {}
 
     @classmethod
@@ -144,7 +361,7 @@ class ItemClasses:
             modules += item_modules(settings)
         if spider is not None:
             modules.append(type(spider).__module__.split(".")[0])
-        return cls(modules)
+        return cls(modules, meta_types(settings))
 
     def with_spider(self, spider: Spider | None) -> ItemClasses:
         """These modules and the spider's own package."""
@@ -153,9 +370,30 @@ class ItemClasses:
         found = self._with.get(type(spider))
         if found is None:
             top = type(spider).__module__.split(".")[0]
-            found = self if top in self.modules else ItemClasses((*self.modules, top))
+            found = self if top in self.modules else ItemClasses((*self.modules, top),
+                                                                 self.types)
             self._with[type(spider)] = found
         return found
+
+    def meta_type(self, value: Any) -> MetaType | None:
+        """The registered type of ``value`` (its exact class), or None."""
+        cls = type(value)
+        entry = self.types.get(f"{cls.__module__}:{cls.__qualname__}")
+        if entry is None:
+            return None
+        try:
+            if entry.load() is not cls:  # a namesake
+                return None
+        except Exception:
+            return None
+        return entry
+
+    def meta_type_named(self, name: Any) -> MetaType:
+        """The registered type a payload names; raises PayloadError for any other."""
+        entry = self.types.get(name) if isinstance(name, str) else None
+        if entry is None:
+            raise PayloadError(f"class {name!r} is not one of LEASED_META_TYPES")
+        return entry
 
     def allows(self, module: str) -> bool:
         return any(module == m or module.startswith(m + ".") for m in self.modules)
@@ -235,7 +473,9 @@ def _callable_name(spider: Spider | None, func: Callable[..., Any] | None, what:
     spider_name = getattr(spider, "name", None)
     raise PayloadError(
         f"{what} {func!r} is not a method of spider {spider_name!r}: scrapy_leased "
-        f"stores callbacks by name, so use a spider method."
+        "stores callbacks by the name of the spider attribute that holds them (as Scrapy's "
+        "request_to_dict does), so use a spider method, or make the function one "
+        "(parse_book = callback_for(BookPage) in the spider's class)"
     )
 
 
@@ -290,6 +530,8 @@ class Codec:
             raise PayloadError(
                 f"cannot store {request!r}: {_where(exc.path)} is a "
                 f"{kind.__module__}.{kind.__qualname__}{detail}; {exc.fix}") from None
+        except PayloadError as exc:  # a callback or errback
+            raise PayloadError(f"cannot store {request!r}: {exc}") from None
         except RecursionError:
             raise PayloadError(f"cannot store {request!r}: its meta, cb_kwargs or "
                                "attributes are nested too deeply (or hold themselves)"
@@ -319,6 +561,8 @@ class Codec:
             if attr == "meta":
                 value = {k: v for k, v in value.items()
                          if not (isinstance(k, str) and k.startswith(PRIVATE_META_PREFIX))}
+            elif attr == "cb_kwargs" and value:
+                value = {k: v for k, v in value.items() if not _poet_injected(v)}
             if value != _DEFAULTS[attr]:
                 if attr in _PACKED:
                     try:
@@ -393,11 +637,26 @@ class Codec:
             return {TAG: "odict", "v": self._pairs(v, classes, spider)}
         if isinstance(v, (str, int, float)) and not isinstance(v, bool):
             return v  # a str/int/float subclass (lxml's text results, enums): as JSON does
+        return self._pack_object(v, classes, spider)
+
+    def _pack_object(self, v: Any, classes: ItemClasses, spider: Spider | None) -> Any:
+        """A request, an object of LEASED_META_TYPES or an item, tagged; else refused."""
         if isinstance(v, Request):
             try:
                 return {TAG: "request", "v": self._request_dict(v, spider, classes, True)}
             except PayloadError as exc:
                 raise _Unstorable(v, "", str(exc)) from None
+        entry = classes.meta_type(v)
+        if entry is not None:
+            try:
+                data = entry.encode(v)
+            except _Unstorable:
+                raise
+            except Exception as exc:
+                raise _Unstorable(v, f"whose encoder ({entry.name}) raised "
+                                  f"{type(exc).__name__}: {exc}",
+                                  "fix the encoder of LEASED_META_TYPES") from None
+            return {TAG: "obj", "c": entry.name, "v": self._pack(data, classes, spider)}
         if ItemAdapter.is_item(v):
             name = classes.name_of(v)
             fields = {}
@@ -408,7 +667,7 @@ class Codec:
                     exc.path.insert(0, f"[{k!r}]")
                     raise
             return {TAG: "item", "c": name, "v": fields}
-        raise _Unstorable(v)
+        raise _refusal(v)
 
     def _pairs(self, v: dict[Any, Any], classes: ItemClasses,
                spider: Spider | None) -> list[list[Any]]:
@@ -502,6 +761,9 @@ class Codec:
                 fields = {k: self._unpack(f, classes, spider, f"{where}[{k!r}]")
                           for k, f in x.items()}
                 return _build_item(cls, fields)
+            if tag == "obj":
+                entry = classes.meta_type_named(v.get("c"))
+                return entry.decode(self._unpack(x, classes, spider, where))
         except PayloadError as exc:
             raise PayloadError(f"{where}: {exc}") from None
         except Exception as exc:

@@ -40,9 +40,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http.cookies import CookieJar
 from scrapy.utils.python import to_unicode
 
-from .config import LeasedConfig
 from .frontier.scripts import as_str, register
-from .scheduler import leased_scheduler
+from .runtime import worker_of
+from .settings import config_for
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -298,7 +298,7 @@ class LeasedCookiesMiddleware(CookiesMiddleware):
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("COOKIES_ENABLED"):
             raise NotConfigured
-        config = LeasedConfig.from_settings(crawler.settings)
+        config = config_for(crawler)
         o = cls(crawler.settings.getbool("COOKIES_DEBUG"), shared=config.shared_cookies)
         o.crawler = crawler
         return o
@@ -308,7 +308,7 @@ class LeasedCookiesMiddleware(CookiesMiddleware):
         leased scheduler)."""
         if not self.shared:
             return None
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         frontier = None if scheduler is None else scheduler.frontier
         if frontier is None:
             return None
@@ -372,7 +372,7 @@ class LeasedCookiesMiddleware(CookiesMiddleware):
             if store.note_changes(shared, before, jar):
                 await store.write(shared)
         elif set_cookie and not self._warned_local and not self.shared \
-                and leased_scheduler(self.crawler) is not None:
+                and worker_of(self.crawler) is not None:
             self._warned_local = True
             logger.warning(
                 "%(response)s set a cookie: with LEASED_SHARED_COOKIES = False sessions are "

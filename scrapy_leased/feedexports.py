@@ -49,9 +49,10 @@ from scrapy.utils.misc import load_object
 from w3lib.url import file_uri_to_path
 
 from ._compat import apply_uri_params
-from .config import LeasedConfig
 from .frontier.keys import CrawlKeys
 from .frontier.scripts import as_str, register
+from .runtime import worker_of
+from .settings import config_for
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -80,9 +81,8 @@ def file_name_safe(text: str) -> str:
 def worker_name(crawler: Crawler) -> str:
     """The value of ``%(worker)s``: the worker id of the crawl's LeasedScheduler, file-name
     safe; ``host-pid`` when the project uses another scheduler."""
-    from .scheduler import leased_scheduler  # (the scheduler imports this module)
 
-    scheduler = leased_scheduler(crawler)
+    scheduler = worker_of(crawler)
     if scheduler is not None:
         return file_name_safe(scheduler.worker_id)
     return file_name_safe(f"{socket.gethostname()}-{os.getpid()}")
@@ -120,7 +120,7 @@ class ExportFiles:
     def for_crawler(cls, crawler: Crawler) -> ExportFiles:
         registry = _registries.get(crawler)
         if registry is None:
-            fsync = LeasedConfig.from_settings(crawler.settings).feed_fsync
+            fsync = config_for(crawler).feed_fsync
             registry = _registries[crawler] = cls(fsync=fsync)
         return registry
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from scrapy import Spider, signals
 from scrapy.exceptions import NotConfigured
 
-from ._supervise import crawl_stopper, supervise
-from .config import LeasedConfig
+from ._supervise import supervise
 from .fleet import FleetAdmin, Snapshot, diagnose
 from .fleet.logline import FLEET_LINE, fleet_line_args
-from .scheduler import leased_scheduler
+from .runtime import crawl_stopper, worker_of
+from .settings import config_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -40,7 +40,7 @@ class LeasedLogStats:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = LeasedConfig.from_settings(crawler.settings)
+        config = config_for(crawler)
         if not config.logstats_interval:
             raise NotConfigured
         o = cls(crawler, config.logstats_interval, config.worker_ttl)
@@ -58,11 +58,11 @@ class LeasedLogStats:
             self._task = None
 
     def _closing(self) -> bool:
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         return scheduler is not None and scheduler.closing
 
     def _admin(self) -> FleetAdmin | None:
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         if scheduler is None or scheduler.frontier is None or scheduler.closing:
             return None  # not the leased scheduler, not open yet, or closing its client
         frontier = scheduler.frontier

@@ -20,7 +20,7 @@ PRIVATE_META_PREFIX = "_leased"
 #: token) of a request this worker claimed from Redis. Copied with the meta by retries
 #: and redirects, and by anything else that copies meta (``meta=response.meta``,
 #: ``request.replace()``): the scheduler trusts it only for Scrapy's own continuations
-#: (see scheduler.py), never for a new request. Read it with ``claim_token``.
+#: (see worker/scheduler.py), never for a new request. Read it with ``claim_token``.
 META_CLAIM = "_leased_claim"
 #: ``_leased_not_before`` (float seconds, set by LeasedRateMiddleware): how long the
 #: scheduler must wait before handing the request out again (no rate budget for it yet).

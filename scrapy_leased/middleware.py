@@ -24,7 +24,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
 from . import signals
-from .config import LeasedConfig
+from .settings import config_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -44,7 +44,7 @@ class LeasedFailureMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, LeasedConfig.from_settings(crawler.settings).fail_http_codes)
+        return cls(crawler, config_for(crawler).fail_http_codes)
 
     def _report(self, request: Request, reason: str, permanent: bool) -> None:
         self.crawler.signals.send_catch_log(signals.request_failed, request=request,

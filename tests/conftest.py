@@ -1,6 +1,7 @@
 """Shared fixtures for the scrapy_leased tests.
 
 redis_server   session  RedisServer, no AOF (share it; keep tests apart with crawl_id)
+redis_fresh    function RedisServer of the test's own, no AOF
 redis_aof      function RedisServer with AOF (appendfsync always), for restart/crash tests
 crawl_id       function unique crawl id string, "t-<testname>-<random>"
 site           function Site(pages=200), started
@@ -14,6 +15,7 @@ worker         function alias of start_worker
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -24,6 +26,11 @@ from tests.support.redis_server import RedisServer
 from tests.support.site import Site, SiteProcess
 from tests.support.workers import WorkerFactory
 
+# Scrapy's CookiesMiddleware splits domains with tldextract, which fetches the Public
+# Suffix List on first use (per virtualenv) and logs a traceback when there is no
+# network: the suite and the workers it starts use tldextract's bundled copy instead.
+os.environ.setdefault("TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS", "")
+
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
@@ -31,6 +38,28 @@ def pytest_runtest_makereport(item, call):
     rep = yield
     setattr(item, f"rep_{rep.when}", rep)
     return rep
+
+
+#: fixtures that start a site, a worker process or a server per test (or share the
+#: session's): a test that uses one, directly or through another fixture, is an
+#: ``integration`` test; every other test is ``unit``
+_INTEGRATION_FIXTURES = frozenset({
+    "redis_server", "redis_aof", "redis_fresh", "make_site", "site", "make_site_process", "start_worker",
+    "worker", "target", "server", "tls_sentinel_group", "tls_cluster", "small_cluster",
+    "sentinel_group", "one_sentinel", "one_node_cluster", "cluster", "browser", "login_site",
+    "seeded",
+})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test ``unit`` or ``integration``: ``pytest -m unit`` runs the fast ones
+    in well under a minute; a test that starts a server or a process in its body, or takes
+    seconds, is marked ``integration`` in its file."""
+    for item in items:
+        if item.get_closest_marker("integration") is not None:
+            continue
+        names = set(getattr(item, "fixturenames", ()))
+        item.add_marker("integration" if names & _INTEGRATION_FIXTURES else "unit")
 
 
 def _test_failed(request) -> bool:
@@ -47,13 +76,23 @@ def redis_server():
         srv.close()
 
 
-@pytest.fixture
-def redis_aof():
-    srv = RedisServer(appendonly=True).start()
+def _own_server(appendonly: bool):
+    srv = RedisServer(appendonly=appendonly).start()
     try:
         yield srv
     finally:
         srv.close()
+
+
+@pytest.fixture
+def redis_fresh():
+    """A RedisServer of the test's own, no AOF: for a test whose keys have fixed names."""
+    yield from _own_server(appendonly=False)
+
+
+@pytest.fixture
+def redis_aof():
+    yield from _own_server(appendonly=True)
 
 
 @pytest.fixture

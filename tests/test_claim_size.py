@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scrapy_leased._claimsize import ClaimSizer
+from scrapy_leased.worker._claimsize import ClaimSizer
 from tests.test_crawl import assert_exit
 
 

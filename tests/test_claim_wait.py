@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from scrapy_leased._leasekeeper import Kick
+from scrapy_leased.worker._leasekeeper import Kick
 
 
 def test_a_cancel_in_the_turn_the_kick_is_set_is_not_swallowed():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from scrapy import Request
 
-from scrapy_leased._claimbook import Claim, ClaimBook
+from scrapy_leased.worker._claimbook import Claim, ClaimBook
 
 
 def _claim(book: ClaimBook, token: int, suspect: bool = False) -> tuple[Request, Claim]:

@@ -36,11 +36,13 @@ def headings(lines: list[str]) -> list[str]:
             if i and re.fullmatch(r"[=-]{3,}", line.strip())]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("columns", [64, 80, 100, 132, 200])
 def test_help_has_only_its_own_headings(columns: int) -> None:
     assert set(headings(help_text(columns).splitlines())) == HEADINGS
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("columns", [40, 50])
 def test_the_add_ons_options_stay_readable_on_a_narrow_terminal(columns: int) -> None:
     """Below 64 columns Scrapy's own ``--loglevel`` help wraps after ``(default:`` and is
@@ -71,7 +73,8 @@ def accepted(sub: str, option: str) -> bool:
     from scrapy.exceptions import UsageError
     from scrapy.settings import Settings
 
-    from scrapy_leased.commands.leased import Command, _check_options
+    from scrapy_leased.commands.common import _check_options
+    from scrapy_leased.commands.leased import Command
 
     parser = argparse.ArgumentParser(conflict_handler="resolve")
     command = Command()
@@ -91,7 +94,7 @@ def usage_lines(text: str, prefix: str = "") -> dict[str, list[str]]:
     """Subcommand -> the usage lines naming it (``  dead [CRAWL] ...``, ``scrapy leased
     pause | resume | stop [CRAWL]``): lines that start with ``prefix``, then subcommands
     separated by `` | ``, then their arguments (not the overview ``status|dead|...``)."""
-    from scrapy_leased.commands.leased import SUBCOMMANDS
+    from scrapy_leased.commands.common import SUBCOMMANDS
 
     names = "|".join(SUBCOMMANDS)
     out: dict[str, list[str]] = {}
@@ -117,13 +120,14 @@ def test_the_options_checks_tell_every_option_apart() -> None:
     """Each option of a subcommand is refused with another (an option with a default
     value was accepted anywhere before: ``dead --interval 3``), and its help names the
     subcommands that take it, as ``[sub, sub]``."""
-    from scrapy_leased.commands.leased import SUBCOMMANDS
+    from scrapy_leased.commands.common import SUBCOMMANDS
 
     for option in set(leased_options()) - ALL:
         takers = [sub for sub in SUBCOMMANDS if accepted(sub, option)]
         assert 0 < len(takers) < len(SUBCOMMANDS), (option, takers)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where", ["--help", "docs/commands.md", "module docstring"])
 def test_usage_lines_name_every_option_of_a_subcommand(where: str) -> None:
     """Each subcommand's own usage line names exactly the options it takes (before: an
@@ -131,7 +135,7 @@ def test_usage_lines_name_every_option_of_a_subcommand(where: str) -> None:
     `--json`). What a subcommand takes is what the command accepts: its parser and its
     check of the options."""
     from scrapy_leased.commands import leased
-    from scrapy_leased.commands.leased import SUBCOMMANDS
+    from scrapy_leased.commands.common import SUBCOMMANDS
 
     if where == "--help":
         text, prefix = help_text(200), ""
@@ -212,7 +216,7 @@ def test_the_filter_drops_only_the_maintenance_line() -> None:
     message and passes any other record of theirs, whatever its level."""
     import logging
 
-    import scrapy_leased.connection  # noqa: F401 (installs the filter)
+    import scrapy_leased._redis.connection  # noqa: F401 (installs the filter)
 
     for name in ("redis.connection", "redis.asyncio.connection"):
         logger = logging.getLogger(name)

@@ -90,7 +90,7 @@ import attrs  # noqa: E402
 import pydantic  # noqa: E402
 
 from scrapy_leased.codec import Codec, ItemClasses  # noqa: E402
-from scrapy_leased.config import LeasedConfigError  # noqa: E402
+from scrapy_leased.settings import LeasedConfigError  # noqa: E402
 
 
 class Product(scrapy.Item):

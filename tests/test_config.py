@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_leased.config import LeasedConfig, LeasedConfigError
-from scrapy_leased.dupefilter import KnownSeen
 from scrapy_leased.frontier import Budget
-from scrapy_leased.ratelimit.budgets import Budgets
+from scrapy_leased.settings import Budgets, LeasedConfig, LeasedConfigError
+from scrapy_leased.worker.dupefilter import KnownSeen
 
 
 def config(**values) -> LeasedConfig:
@@ -118,3 +117,15 @@ def test_known_seen_keeps_the_newest_entries_up_to_its_size():
     off = KnownSeen(0)
     off.add(1, 1)
     assert len(off) == 0 and (1, 1) not in off
+
+
+def test_config_for_reads_the_settings_once_per_crawler() -> None:
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_leased.settings import config_for
+
+    crawler = get_crawler(settings_dict={"LEASED_LEASE_SECONDS": 12})
+    first = config_for(crawler)
+    assert first.lease_seconds == 12
+    assert config_for(crawler) is first  # every component shares it
+    assert config_for(get_crawler(settings_dict={})) is not first  # one per crawler

@@ -171,8 +171,8 @@ def test_stop_closes_every_worker_and_a_restart_continues(redis_server, make_sit
 def test_close_limits_are_parsed_and_checked():
     from scrapy.settings import Settings
 
-    from scrapy_leased.config import LeasedConfig, LeasedConfigError, close_limits
     from scrapy_leased.frontier import NO_LIMITS, CloseLimits
+    from scrapy_leased.settings import LeasedConfig, LeasedConfigError, close_limits
 
     assert LeasedConfig.from_settings(Settings()).limits == NO_LIMITS
     got = close_limits(Settings({"LEASED_CLOSE_PAGECOUNT": "500", "LEASED_CLOSE_ITEMCOUNT": 7,

@@ -21,8 +21,8 @@ from scrapy.http import Request, Response
 from scrapy.http.cookies import CookieJar
 from scrapy.settings import Settings
 
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.addon import Addon
-from scrapy_leased.connection import make_client
 from scrapy_leased.cookies import (
     CookieStore,
     LeasedCookiesMiddleware,
@@ -160,7 +160,7 @@ def test_addon_leaves_cookies_alone_when_the_project_decided() -> None:
 
 
 def test_bad_opt_out_value_names_the_setting() -> None:
-    from scrapy_leased.config import LeasedConfigError
+    from scrapy_leased.settings import LeasedConfigError
 
     with pytest.raises(LeasedConfigError, match="LEASED_SHARED_COOKIES"):
         _addon_middlewares(LEASED_SHARED_COOKIES="perhaps")
@@ -236,6 +236,7 @@ class _Stats:
         self.values[key] += count
 
 
+@pytest.mark.integration
 def test_redis_down_never_fails_a_request_and_the_write_is_retried(crawl_id) -> None:
     """Redis stopped: a response's cookie is kept (and sent) by this worker, its write
     fails with a WARNING (no exception); a request to the jar meanwhile goes on with the

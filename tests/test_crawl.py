@@ -23,8 +23,8 @@ import pytest
 import redis
 from scrapy import Request
 
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.codec import encode_request
-from scrapy_leased.connection import make_client
 from scrapy_leased.frontier import NO_BUDGET, Envelope, Frontier, NewRequest, as_str
 from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.queue import queue_len, queued

@@ -11,7 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scrapy_leased.embedded import stop_embedded_redis
+import pytest
+
+from scrapy_leased._redis.embedded import stop_embedded_redis
+
+pytestmark = pytest.mark.integration  # the demo: a site, workers, Redis
 
 REPO = Path(__file__).resolve().parents[1]
 

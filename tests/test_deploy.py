@@ -23,8 +23,8 @@ import jsonschema
 import pytest
 import yaml
 
-from scrapy_leased.config import LEASE_SECONDS
 from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.settings.defaults import LEASE_SECONDS
 from tests.support.workers import Worker, wait_for
 
 REPO = Path(__file__).resolve().parents[1]

@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from scrapy_leased.connection import make_client
-from scrapy_leased.embedded import (
+from scrapy_leased._redis.connection import make_client
+from scrapy_leased._redis.embedded import (
     embedded_data_dir,
     ensure_embedded_redis,
     stop_embedded_redis,

@@ -34,7 +34,7 @@ from scrapy_leased.feed.packer import RequestPacker
 from scrapy_leased.frontier import as_str
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.meta import MAX_REVISIT_MS, META_REVISIT_AFTER, claim_token, revisit_ms
-from scrapy_leased.ratelimit.budgets import Budgets
+from scrapy_leased.settings import Budgets
 from tests.test_crawl import assert_exit, stat
 
 # bounded, reproducible: the same examples on every run (no flakes, no example database)
@@ -376,8 +376,9 @@ def test_a_child_that_cannot_be_stored_is_dropped_alone(redis_server, make_site,
     and a redirect; /p/4's callback raises an error whose text holds a lone surrogate.
     Before, the first such child killed the commit writer: the parent's ack and its
     siblings were lost and the worker never closed. Now each bad child is dropped with
-    its reason (leased/unserializable), the others are crawled once, /p/4 is a dead
-    letter with its reason escaped, and the worker ends ``finished``."""
+    its reason (leased/unserializable) and kept as a dead letter, the others are crawled
+    once, /p/4 is a dead letter with its reason escaped, and the worker ends
+    ``finished``."""
     from tests.project.testproject.spiders.edges_inputs import BAD_CHILDREN
 
     site = make_site(pages=200)
@@ -396,9 +397,17 @@ def test_a_child_that_cannot_be_stored_is_dropped_alone(redis_server, make_site,
     for i in range(len(BAD_CHILDREN)):
         assert f"/p/{100 + i}" not in paths
     assert stat(r, crawl_id, "done") == 5  # /p/0-3 and the redirect's own claim
-    dead = [json.loads(v) for v in r.hgetall(CrawlKeys(crawl_id).dead).values()]
+    letters = [json.loads(v) for v in r.hgetall(CrawlKeys(crawl_id).dead).values()]
+    dead = [d for d in letters if not d.get("dropped")]
     assert len(dead) == 1 and "/p/4" in dead[0]["envelope"], dead
     assert "callback error" in dead[0]["reason"] and "caf\\ud83d" in dead[0]["reason"], dead
+    # each dropped child a dead letter of its own (issue 27), its reason escaped too
+    dropped = {d["url"]: d for d in letters if d.get("dropped")}
+    assert set(dropped) == {site.url + f"/p/{100 + i}" for i in range(len(BAD_CHILDREN))}
+    assert all(d["reason"].startswith("cannot store <") for d in dropped.values()), dropped
+    assert dropped[site.url + "/p/100"]["removed"] == ["meta['title']"]
+    assert dropped[site.url + "/p/103"]["method"] == "G\\ud83dT"
+    assert stat(r, crawl_id, "dropped") == len(BAD_CHILDREN)
 
 
 # --------------------------------------------------------------------------- the fuzz crawl

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scrapy_leased.fleet.stats import decode_fleet_stats
 from scrapy_leased.frontier.keys import CrawlKeys
-from scrapy_leased.observe.flush import decode_fleet_stats
 from tests.support.bugs import BUG_LANE, InjectedBug
 from tests.support.upsert import make_target
 from tests.support.workers import wait_for
@@ -195,8 +195,8 @@ def test_every_lane_lane_of_makes_is_a_lane_name_of_the_watch(text):
     from scrapy import Request
     from scrapy.settings import Settings
 
-    from scrapy_leased.ratelimit.budgets import Budgets
     from scrapy_leased.ratelimit.watch import lane_name
+    from scrapy_leased.settings import Budgets
 
     lane = Budgets.from_settings(Settings()).lane_of(
         Request("http://example.com/", meta={"leased_lane": text}))

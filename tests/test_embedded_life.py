@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from scrapy_leased.embedded import GRACE_SECONDS, running_embedded_redis, stop_embedded_redis
+from scrapy_leased._redis.embedded import GRACE_SECONDS, running_embedded_redis, stop_embedded_redis
 from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.workers import PROJECT_DIR, REPO_ROOT, Worker, WorkerFactory, wait_for
 from tests.test_embedded import server_pids  # live processes working in the data dir
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="finds server processes via /proc")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="finds server processes via /proc")]
 
 GONE_WITHIN = 5.0  # seconds after the last user exits
 HANG_GUARD = 60.0  # polls give up after this long (a failure, not a measure)
@@ -57,7 +57,7 @@ def watchdog_pids(data_dir: Path) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"scrapy_leased._embedded_watchdog" in argv and target in argv and _live(entry):
+        if b"scrapy_leased._redis.watchdog" in argv and target in argv and _live(entry):
             pids.append(int(entry.name))
     return pids
 
@@ -200,7 +200,7 @@ def test_a_failed_command_in_a_fresh_folder_leaves_no_server(folder, crawl_id):
 def test_embedded_stop_stops_a_running_server(folder):
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys\n"
-         "from scrapy_leased.embedded import ensure_embedded_redis\n"
+         "from scrapy_leased._redis.embedded import ensure_embedded_redis\n"
          f"print(ensure_embedded_redis({str(folder.data_dir)!r}), flush=True)\n"
          "sys.stdin.read()\n"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=folder.env)

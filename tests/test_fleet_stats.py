@@ -1,5 +1,5 @@
 """Fleet-wide Scrapy stats (issue #14): each worker's stats deltas added to the crawl's
-``fleet_stats`` in Redis (observe/flush.py, lua/stats_flush.lua, observe/stats.py), shown
+``fleet_stats`` in Redis (fleet/stats.py, lua/stats_flush.lua, observe/stats.py), shown
 by ``scrapy leased status --json`` under ``stats``.
 
 Real redis-server processes, real workers (tests/project) against the local site.
@@ -13,10 +13,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
+from scrapy_leased.fleet.stats import StatsFlusher, decode_fleet_stats
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import script_source
-from scrapy_leased.observe.flush import StatsFlusher, decode_fleet_stats
 from tests.support.proxy import ProxyProcess
 from tests.support.redis_server import RedisServer
 from tests.test_commands import status_json
@@ -152,8 +152,8 @@ def test_fleet_stats_setting():
     from scrapy.settings import Settings
 
     from scrapy_leased.addon import Addon
-    from scrapy_leased.config import LeasedConfigError
     from scrapy_leased.observe.stats import LeasedFleetStats
+    from scrapy_leased.settings import LeasedConfigError
 
     on, off = Settings(), Settings({"LEASED_FLEET_STATS": False})
     for s in (on, off):

@@ -29,12 +29,12 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_leased.config import SEEN_BUCKET_BITS
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier import NO_BUDGET, Budget, Envelope, Failure, Frontier, NewRequest
 from scrapy_leased.frontier.fingerprints import split_fingerprint
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import script_source
+from scrapy_leased.settings.defaults import SEEN_BUCKET_BITS
 from tests.support.queue import (
     queue_keys,
     queue_len,
@@ -349,7 +349,7 @@ def test_2_racing_recoverers_requeue_each_expired_lease_exactly_once(redis_serve
 
 SKEWED_CHILD = r"""
 import asyncio, json, sys, time
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier import Frontier
 from scrapy_leased.frontier.keys import CrawlKeys
 

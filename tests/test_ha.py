@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 import redis
 
-from scrapy_leased.config import LeasedConfig, LeasedConfigError, check_redis_url
-from scrapy_leased.connection import LeasedRedisError, check_reachable, connect, make_client
+from scrapy_leased._redis.connection import LeasedRedisError, check_reachable, connect, make_client
+from scrapy_leased._redis.url import RedisUrlError, parse_redis_url, redact
 from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import Frontier, NewRequest, as_str
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import WAIT_TIMEOUT_MS, script_source
-from scrapy_leased.topology import RedisUrlError, parse_redis_url, redact
+from scrapy_leased.settings import LeasedConfig, LeasedConfigError, check_redis_url
 from tests.support.queue import queue_len
 from tests.support.redis_ha import RedisCluster, SentinelGroup, find_redis_cli
 from tests.support.workers import wait_for

@@ -19,7 +19,7 @@ def test_the_documented_class_paths_load():
                  "scrapy_leased.LeasedDupeFilter", "scrapy_leased.LeasedFailureMiddleware",
                  "scrapy_leased.claim_token", "scrapy_leased.logstats.LeasedLogStats",
                  "scrapy_leased.ratelimit.LeasedRateMiddleware",
-                 "scrapy_leased.seeding.LeasedStartMiddleware",
+                 "scrapy_leased.worker.seeding.LeasedStartMiddleware",
                  "scrapy_leased.upsert.UpsertPipeline",
                  "scrapy_leased.upsert.UpsertFenceMiddleware",
                  "scrapy_leased.commands.leased.Command"):

@@ -17,8 +17,8 @@ import hashlib
 import pytest
 import redis
 
-from scrapy_leased.connection import make_client
-from scrapy_leased.frontier import Frontier, NewRequest
+from scrapy_leased._redis.connection import make_client
+from scrapy_leased.frontier import NO_BUDGET, NO_LIMITS, Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import script_source
 from tests.support.proxy import ProxyProcess
@@ -112,13 +112,11 @@ def test_resolve_claim_gets_the_claims_of_a_lost_reply_and_changes_nothing_other
     before = r.zcard(keys.leases), r.get(keys.todo), r.hget(keys.stats, "claimed")
 
     async def replay_only(f):
-        k = f.keys
-        keys_ = [k.lanes, k.leases, k.inflight, k.tokens, k.done, k.stats, k.dead, k.workers,
-                 k.todo, k.owners, k.control, k.fleet_stats, k.feed, k.feed_taken,
-                 k.lane_queue(""), k.lane_fifo(""), k.rate(""), k.lane_fifo("")]
-        args = [2, 60_000, "w", 1, 30_000, 32, 0, 0, 0, 0, 0, "", 0, 1, ""]
-        gkeys, gargs = f._guard("claim", "?99")
-        return await f._s["claim"](keys=keys_ + gkeys, args=args + gargs)
+        # the claim the lost one was, with a call id that asks for its reply only
+        keys_, args = f.claims.build(2, 60_000, "w", [("", NO_BUDGET)], 30_000, 32,
+                                     NO_LIMITS, False)
+        args[-4] = "?99"
+        return await f._s["claim"](keys=keys_, args=args)
 
     out = run(server.url, crawl_id, replay_only)
     assert len(out) == 3  # only the guard's {epoch, tokens, rids}: no reply, no claim

@@ -14,12 +14,12 @@ import json
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier import Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.observe.metrics import render
 from scrapy_leased.observe.reader import FleetReader
-from scrapy_leased.ratelimit.budgets import Budgets
+from scrapy_leased.settings import Budgets
 from tests.support.redis_server import RedisServer
 
 

@@ -18,7 +18,7 @@ import time
 import pytest
 import redis
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier import Failure, Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.redis_server import RedisServer

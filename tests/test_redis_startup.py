@@ -17,8 +17,10 @@ import time
 
 import pytest
 
-from scrapy_leased.connection import LeasedRedisError, connect
+from scrapy_leased._redis.connection import LeasedRedisError, connect
 from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.integration  # starts redis-server itself
 
 
 def test_a_worker_started_while_redis_is_unreachable_for_3_s_joins_once_it_is_back(

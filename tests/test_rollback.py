@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier import Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.redis_server import RedisServer

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.run import SEED, SEEDED, WAIT, RunMarker
 

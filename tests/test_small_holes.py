@@ -23,13 +23,14 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import NO_BUDGET, Budget, Frontier, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.meta import META_FREE_SINCE, META_NOT_BEFORE
 from scrapy_leased.ratelimit import LeasedRateMiddleware
-from scrapy_leased.scheduler import LeasedScheduler
+from scrapy_leased.runtime import attach
+from scrapy_leased.worker.scheduler import LeasedScheduler
 from tests.support.redis_server import RedisServer
 from tests.support.workers import wait_for
 
@@ -281,6 +282,7 @@ def test_old_throughput_buckets_are_dropped(redis_server, crawl_id):
 
 # -- the rate middleware's memory ----------------------------------------------------------
 
+@pytest.mark.integration
 def test_a_worker_penalizing_30000_lanes_keeps_its_memory_flat(crawl_id):
     """Before: LeasedRateMiddleware remembered every lane it ever penalized (a dict
     entry per lane, for the life of the worker). Only the penalties of the last
@@ -356,7 +358,7 @@ def test_a_block_set_by_another_worker_holds_back_a_free_claim_made_before_it(
         crawler = get_crawler(settings_dict={"LEASED_RATE_FREE_GRACE": 5})
         mw = LeasedRateMiddleware.from_crawler(crawler)
         scheduler = _Worker(f)
-        crawler.engine = type("Engine", (), {"scheduler": scheduler})()
+        attach(crawler, scheduler)  # what the scheduler does when the engine opens it
         return crawler, mw, scheduler
 
     async def until(pred, timeout: float, what: str) -> None:

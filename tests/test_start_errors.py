@@ -14,6 +14,8 @@ import pytest
 
 from tests.support.redis_server import free_port
 
+pytestmark = pytest.mark.integration  # scrapy processes
+
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "tests" / "project"
 

@@ -200,7 +200,7 @@ def test_throttle_share_validates_before_writing_and_ages_by_redis_time(redis_se
 
 
 def test_the_quota_of_a_slot_is_what_it_starts_within_a_second():
-    from scrapy_leased._claimsize import slot_quota, slot_room_in
+    from scrapy_leased.worker._claimsize import slot_quota, slot_room_in
 
     assert slot_quota(0) is None  # no delay: CONCURRENT_REQUESTS bounds it
     assert slot_quota(5.0) == slot_quota(2.5) == 1  # AutoThrottle's start delay: one
@@ -219,7 +219,7 @@ def test_the_quota_of_a_slot_is_what_it_starts_within_a_second():
 def test_a_ready_claim_of_a_full_slot_waits_and_others_pass_it():
     from scrapy import Request
 
-    from scrapy_leased._claimbook import Claim, ClaimBook
+    from scrapy_leased.worker._claimbook import Claim, ClaimBook
 
     book = ClaimBook()
     a = Claim(1, 1, "a.example", slot="a.example")

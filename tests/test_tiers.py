@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
-from scrapy_leased.connection import make_client
+from scrapy_leased._redis.connection import make_client
 from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import NO_BUDGET, Failure, Frontier, NewRequest, Revisit
 from scrapy_leased.frontier.keys import CrawlKeys

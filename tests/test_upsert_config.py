@@ -8,7 +8,7 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from scrapy_leased import Addon
-from scrapy_leased.config import LeasedConfigError
+from scrapy_leased.settings import LeasedConfigError
 from scrapy_leased.upsert import UpsertConfig, UpsertFenceMiddleware, UpsertPipeline
 
 

@@ -24,8 +24,8 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.meta import META_CLAIM
+from scrapy_leased.settings.upsert import UpsertConfig
 from scrapy_leased.upsert import StoreError, UpsertFenceMiddleware, UpsertPipeline
-from scrapy_leased.upsert.config import UpsertConfig
 from scrapy_leased.upsert.records import Record
 from scrapy_leased.upsert.stores import make_store
 from tests.support.redis_server import RedisServer
@@ -318,6 +318,7 @@ def test_items_arriving_during_a_write_go_together_in_the_next_one(redis_server,
     assert asyncio.run(main()) == [1, 20, 20, 5]
 
 
+@pytest.mark.integration
 def test_a_store_error_raises_from_process_item_then_writes_resume(crawl_id):
     """Redis goes away under the pipeline: a write waits for it (a restart, a failover)
     up to the store's outage retry time and succeeds when Redis is back within it;
@@ -377,6 +378,7 @@ def test_sqlite_error_raises_from_process_item(crawl_id, tmp_path):
     assert stat(asyncio.run(main()), "errors") == 1
 
 
+@pytest.mark.integration
 def test_postgresql_down_fails_the_items_and_back_resumes(crawl_id):
     pg = PostgresServer()
     try:
@@ -404,6 +406,7 @@ def test_postgresql_down_fails_the_items_and_back_resumes(crawl_id):
         pg.close()
 
 
+@pytest.mark.integration
 def test_open_fails_naming_the_setting_when_the_store_is_unreachable(crawl_id):
     from tests.support.redis_server import free_port
 

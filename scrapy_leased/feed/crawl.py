@@ -32,9 +32,9 @@ from scrapy.utils.project import get_project_settings
 
 from ..bootstrap import connect_crawl
 from ..codec import PayloadError
-from ..config import LeasedConfig, LeasedConfigError, check_crawl_id, check_redis_url
 from ..fleet import FleetAdmin
 from ..frontier import CrawlKeys, NewRequest
+from ..settings import LeasedConfig, LeasedConfigError, check_crawl_id, check_redis_url
 from .format import FeedEntryError, FeedRequest, parse_entry
 from .packer import RequestPacker
 

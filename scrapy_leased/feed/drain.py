@@ -22,7 +22,7 @@ from scrapy import Spider
 from ..codec import PayloadError, safe_text
 from ..frontier import Frontier, NewRequest
 from ..frontier.scripts import WrongKeyType
-from .format import FeedEntryError, FeedRequest, parse_entry
+from .format import FeedEntryError, FeedRequest, parse_entry, parse_scrapy_redis_entry
 from .packer import RequestPacker
 
 logger = logging.getLogger(__name__)
@@ -34,8 +34,13 @@ RETRY_CAP_SECONDS = 2.0
 
 class FeedDrainer:
     def __init__(self, frontier: Frontier, packer: RequestPacker, spider: Spider,
-                 stats: Any, closing: Callable[[], bool]) -> None:
+                 stats: Any, closing: Callable[[], bool], entry_format: str = "leased"
+                 ) -> None:
+        """``entry_format``: LEASED_FEED_FORMAT, "leased" (format.py parse_entry) or
+        "scrapy-redis" (RedisSpider's start entries: parse_scrapy_redis_entry)."""
         self.frontier = frontier
+        self.parse: Callable[[bytes | str], FeedRequest] = (
+            parse_scrapy_redis_entry if entry_format == "scrapy-redis" else parse_entry)
         self.packer = packer
         self.spider = spider
         self.stats = stats
@@ -64,7 +69,7 @@ class FeedDrainer:
         bad: list[tuple[bytes | str, str]] = []
         for raw in batch.entries:
             try:
-                enqueue.append(self._pack(parse_entry(raw)))
+                enqueue.append(self._pack(self.parse(raw)))
             except (FeedEntryError, PayloadError) as exc:
                 bad.append((raw, f"feed entry: {exc}"))
             except RecursionError:  # meta nested too deeply to store

@@ -92,9 +92,8 @@ def parse_entry(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
         raise FeedEntryError(f"{type(exc).__name__}: {exc}") from None
 
 
-def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
-    if isinstance(entry, Mapping):
-        return _from_object(entry)
+def _entry_text(entry: bytes | str) -> str:
+    """A feed entry as text, stripped; FeedEntryError when not UTF-8 or empty."""
     if isinstance(entry, bytes):
         try:
             entry = entry.decode("utf-8")
@@ -103,8 +102,11 @@ def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
     text = entry.strip()
     if not text:
         raise FeedEntryError("empty entry")
-    if not text.startswith("{"):
-        return _from_object({"url": text})
+    return text
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """An entry's JSON object (finite numbers only); FeedEntryError when it is not one."""
     try:
         obj = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except FeedEntryError:
@@ -113,6 +115,16 @@ def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
         raise FeedEntryError(f"not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise FeedEntryError("not a JSON object")
+    return obj
+
+
+def _parse(entry: bytes | str | Mapping[str, Any]) -> FeedRequest:
+    if isinstance(entry, Mapping):
+        return _from_object(entry)
+    text = _entry_text(entry)
+    if not text.startswith("{"):
+        return _from_object({"url": text})
+    obj = _json_object(text)
     return _from_object(obj)
 
 
@@ -188,3 +200,57 @@ def _json_shown(value: Any) -> str:
 def _json_type(t: type) -> str:
     return {str: "string", dict: "object", int: "integer", bool: "boolean",
             list: "array"}[t]
+
+
+def parse_scrapy_redis_entry(entry: bytes | str) -> FeedRequest:
+    """A RedisSpider start entry as scrapy-redis reads it (``make_request_from_data``):
+    a JSON object with ``url``, optional ``method`` (default GET) and ``meta``, every
+    other key a form field (``FormRequest(url, method=..., formdata=..., meta=...)``: a
+    GET's fields in the query string, a POST's as an urlencoded body); or a bare URL.
+    Like scrapy-redis, the request is ``dont_filter`` (its start entries are taken off
+    the list, never deduplicated). Raise FeedEntryError naming what is wrong."""
+    try:
+        return _parse_scrapy_redis(entry)
+    except FeedEntryError:
+        raise
+    except RecursionError:
+        raise FeedEntryError("nested too deeply") from None
+    except Exception as exc:
+        raise FeedEntryError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _parse_scrapy_redis(entry: bytes | str) -> FeedRequest:
+    from scrapy import FormRequest
+
+    text = _entry_text(entry)
+    if not text.startswith("{"):
+        return _from_object({"url": text, "dont_filter": True})
+    obj = _json_object(text)
+    url, method, meta = obj.pop("url", None), obj.pop("method", "GET"), obj.pop("meta", {})
+    if not isinstance(url, str):
+        raise FeedEntryError("no 'url' (a string)" if url is None else
+                             f"'url' must be a JSON string, not {_json_shown(url)}")
+    if not isinstance(method, str):
+        raise FeedEntryError(f"'method' must be a JSON string, not {_json_shown(method)}")
+    if not isinstance(meta, dict):
+        raise FeedEntryError(f"'meta' must be a JSON object, not {_json_shown(meta)}")
+    for name, value in obj.items():  # form fields: what FormRequest takes
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in values):
+            raise FeedEntryError(f"form field {shown(name)} must be a string or a list of "
+                                 f"strings (scrapy-redis sends it with FormRequest), not "
+                                 f"{_json_shown(value)}")
+    where = unencodable({"url": url, "meta": meta, "form": obj})
+    if where is not None:
+        raise FeedEntryError(f"{where} holds a lone surrogate: not text")
+    try:
+        form = FormRequest(url, method=method.upper(), formdata=obj or None, meta=meta,
+                           dont_filter=True)
+    except ValueError as exc:
+        raise FeedEntryError(f"not a URL Scrapy takes: {shown(url, 300)} ({exc})") from None
+    if not urlparse_cached(form).scheme:
+        raise FeedEntryError(f"not a URL Scrapy takes: {shown(url, 300)} (no scheme)")
+    # a plain Request with what FormRequest made of the fields (URL, body, headers)
+    request = Request(form.url, method=form.method, headers=form.headers, body=form.body,
+                      meta=dict(form.meta), dont_filter=True)
+    return FeedRequest(request)

@@ -17,11 +17,10 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import RequestFingerprinter
 
 from ..codec import Codec
-from ..config import LeasedConfig, LeasedConfigError
 from ..frontier import NewRequest
 from ..frontier.fingerprints import split_fingerprint
 from ..order import FIFO
-from ..ratelimit.budgets import Budgets
+from ..settings import Budgets, LeasedConfig, LeasedConfigError
 
 
 def fingerprinter_for(settings: Settings) -> Any:

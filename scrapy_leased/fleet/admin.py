@@ -7,7 +7,7 @@ one Lua script in ``lua/`` (``requeue_dead.lua``, ``purge_dead.lua``) or goes th
 ``Frontier.commit`` (seeding), so it is atomic and keeps the crawl's invariants.
 ``diagnose`` (diagnose.py) turns two snapshots into warnings.
 
-Used by ``scrapy leased`` (``commands/leased.py``), the workers' fleet log line
+Used by ``scrapy leased`` (``commands/``), the workers' fleet log line
 (``scrapy_leased/logstats.py``) and the observers (``observe/``). Everything
 here is asynchronous (redis.asyncio), like ``Frontier``; it knows nothing of Scrapy.
 """
@@ -20,14 +20,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._redis.scan import keys_with_prefix, scan_batches, server_info
 from ..frontier import CONTROL_STATES, Envelope, Frontier, NewRequest
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys, tier_code
 from ..frontier.machine import HALF_LIFE_FIELD, SEEN_TTL_FIELD
 from ..frontier.scripts import as_str, pairs, read_atomic, register
-from ..observe.flush import decode_fleet_stats
 from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
-from ..topology import keys_with_prefix, scan_batches, server_info
 from .snapshot import ControlState, LaneState, Snapshot, WorkerState
+from .stats import decode_fleet_stats
 
 #: Throughput is read from the ``throughput`` HASH (10-second buckets of Redis time,
 #: kept by commit.lua): the current bucket and the 5 before it, i.e. the last 50-60 s,
@@ -49,10 +49,21 @@ class DeadLetter:
     method: str = "GET"
     lane: str = ""
     envelope: Envelope | None = None
+    #: A request the spider yielded that could not be stored (dropped.py): never queued,
+    #: never requeued. ``callback``: its callback's name; ``removed``: the meta and
+    #: cb_kwargs keys left out of ``request``, what of it could be encoded (None: nothing)
+    dropped: bool = False
+    callback: str | None = None
+    removed: tuple[str, ...] = ()
+    request: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rid": self.rid, "url": self.url, "method": self.method,
-                "attempts": self.attempts, "reason": self.reason, "time": self.t_ms / 1000}
+        out: dict[str, Any] = {"rid": self.rid, "url": self.url, "method": self.method,
+               "attempts": self.attempts, "reason": self.reason, "time": self.t_ms / 1000}
+        if self.dropped:
+            out.update(dropped=True, callback=self.callback, removed=list(self.removed),
+                       request=self.request)
+        return out
 
 
 def parse_dead_letter(rid: str, raw: str) -> DeadLetter:
@@ -63,6 +74,15 @@ def parse_dead_letter(rid: str, raw: str) -> DeadLetter:
     reason = str(letter.get("reason", ""))
     attempts = int(letter.get("attempts") or 0)
     t_ms = int(letter.get("t") or 0)
+    if letter.get("dropped"):
+        removed = letter.get("removed")
+        request = letter.get("request")
+        return DeadLetter(rid, reason, attempts, t_ms, str(letter.get("url") or "") or None,
+                          str(letter.get("method") or "GET"), dropped=True,
+                          callback=str(letter.get("callback") or "parse"),
+                          removed=tuple(str(r) for r in removed)
+                          if isinstance(removed, list) else (),
+                          request=request if isinstance(request, str) else None)
     try:
         env = Envelope.parse(str(letter.get("envelope", "")))
         payload = json.loads(env.payload)
@@ -78,6 +98,7 @@ class RequeueResult:
     missing: int = 0  # gone meanwhile (requeued or purged by someone else)
     already_done: int = 0  # their request was processed meanwhile: letter dropped
     unreadable: int = 0  # envelope cannot be requeued: letter kept (purge it)
+    dropped: int = 0  # requests that could not be stored: never requeued, letter kept
 
 
 @dataclass(frozen=True)
@@ -286,11 +307,14 @@ class FleetAdmin:
         return as_str(prev), int(since), int(now)
 
     async def requeue_dead(self, letters: Sequence[DeadLetter]) -> RequeueResult:
-        """Put dead letters back in the queue, attempts and expiries reset to 0."""
+        """Put dead letters back in the queue, attempts and expiries reset to 0. The
+        letters of requests that could not be stored (``dropped``) are refused and kept:
+        counted in ``RequeueResult.dropped``."""
         k = self.keys
         counts = [0, 0, 0, 0]
         todo = [d for d in letters if d.envelope is not None]
-        counts[3] += len(letters) - len(todo)
+        dropped = sum(d.dropped for d in letters)
+        counts[3] += len(letters) - len(todo) - dropped
         for i in range(0, len(todo), BATCH):
             keys = [k.lanes, k.todo, k.stats, k.dead, k.done]
             extra = ExtraKeys(keys)
@@ -303,7 +327,7 @@ class FleetAdmin:
             out = await self._s["requeue_dead"](keys=keys, args=args)
             for j in range(4):
                 counts[j] += int(out[j])
-        return RequeueResult(*counts)
+        return RequeueResult(counts[0], counts[1], counts[2], counts[3], dropped)
 
     async def purge_dead(self, letters: Sequence[DeadLetter] | None = None) -> int:
         """Delete the given dead letters, or every one; returns how many were deleted."""

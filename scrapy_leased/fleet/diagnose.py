@@ -18,14 +18,14 @@ HOLD_WARN_S = 10.0  # a worker's claim not started after this many seconds: "hol
 
 @dataclass(frozen=True)
 class Diagnosis:
-    code: str  # "no_workers", "orphaned", "stuck", "dead_climbing", "holding" ("memory":
-    # the command)
+    code: str  # "no_workers", "orphaned", "stuck", "dead_climbing", "holding" ("memory",
+    # "dropped": the command)
     message: str
 
 
 def diagnose(cur: Snapshot, prev: Snapshot | None = None,
              default_capacity: int | None = None) -> list[Diagnosis]:
-    """The lesson's warning signs, from the current snapshot and an earlier one.
+    """The fleet's warning signs, from the current snapshot and an earlier one.
 
     - ``no_workers``: work is queued or leased, and no worker is alive.
     - ``orphaned``: processing (live leases) is much larger than the live workers'
@@ -39,34 +39,48 @@ def diagnose(cur: Snapshot, prev: Snapshot | None = None,
       or longer (its download slot's delay, or the engine not taking them; not
       while the fleet is paused): no other worker can take them. Needs ``cur.workers``.
     """
+    capacity = cur.capacity(default_capacity)
+    out = _now(cur, capacity) + _holding(cur)
+    if prev is None or (cur.now_ms - prev.now_ms) / 1000 < MIN_TREND_SECONDS:
+        return out
+    return out + _trends(cur, prev, capacity)
+
+
+def _now(cur: Snapshot, capacity: int | None) -> list[Diagnosis]:
     out: list[Diagnosis] = []
     if cur.workers_alive == 0 and (cur.todo or cur.processing):
         out.append(Diagnosis("no_workers", (
             f"no worker is alive, with {cur.todo:,} requests to do and {cur.processing:,} "
             f"leased: start workers (leases of dead workers return to todo when they expire)")))
-    capacity = cur.capacity(default_capacity)
     if cur.workers_alive and capacity is not None and cur.processing > ORPHAN_FACTOR * capacity \
             and cur.processing - capacity >= ORPHAN_MIN:
         out.append(Diagnosis("orphaned", (
             f"processing {cur.processing:,} is much larger than the capacity of the "
             f"{cur.workers_alive} live workers ({capacity:,}): workers are dying without "
             f"finishing, and recovery is carrying the load")))
-    if cur.control.state != "paused":
-        for w in cur.workers:
-            if w.alive and w.unstarted and (w.unstarted_s or 0) >= HOLD_WARN_S:
-                why = (f"its download slot starts one request every {w.slot_delay:g} s "
-                       f"(DOWNLOAD_DELAY, AutoThrottle)" if w.slot_delay
-                       else "its downloader does not take them")
-                out.append(Diagnosis("holding", (
-                    f"worker {w.id} holds {w.unstarted:,} claims it has not started, one "
-                    f"for {w.unstarted_s:.0f} s: {why}; no other worker can take them "
-                    f"(for politeness across the fleet use LEASED_RATE, not a delay per "
-                    f"worker)")))
-    if prev is None:
+    return out
+
+
+def _holding(cur: Snapshot) -> list[Diagnosis]:
+    out: list[Diagnosis] = []
+    if cur.control.state == "paused":
         return out
+    for w in cur.workers:
+        if w.alive and w.unstarted and (w.unstarted_s or 0) >= HOLD_WARN_S:
+            why = (f"its download slot starts one request every {w.slot_delay:g} s "
+                   f"(DOWNLOAD_DELAY, AutoThrottle)" if w.slot_delay
+                   else "its downloader does not take them")
+            out.append(Diagnosis("holding", (
+                f"worker {w.id} holds {w.unstarted:,} claims it has not started, one "
+                f"for {w.unstarted_s:.0f} s: {why}; no other worker can take them "
+                f"(for politeness across the fleet use LEASED_RATE, not a delay per "
+                f"worker)")))
+    return out
+
+
+def _trends(cur: Snapshot, prev: Snapshot, capacity: int | None) -> list[Diagnosis]:
+    out: list[Diagnosis] = []
     seconds = (cur.now_ms - prev.now_ms) / 1000
-    if seconds < MIN_TREND_SECONDS:
-        return out
     done_delta = cur.done - prev.done
     todo_delta = cur.todo - prev.todo
     # Free slots while work waits: the workers do not take it (when every slot is busy,

@@ -106,7 +106,7 @@ class Snapshot:
     maxmemory: int | None = None
     lanes: list[LaneState] = field(default_factory=list)  # the busiest, when asked for
     lanes_total: int = 0
-    #: The fleet's Scrapy stats (observe/flush.py): every worker's, added up
+    #: The fleet's Scrapy stats (fleet/stats.py): every worker's, added up
     stats: dict[str, int | float] = field(default_factory=dict)
     #: Live leases per worker id, from the ``owners`` HASH (who holds each claim), read
     #: with the workers: also the workers no longer alive, whose leases wait to expire

@@ -147,13 +147,16 @@ class CrawlKeys:
         """BITMAP: bit rid is set once request rid was processed.""")
 
     dead = KeyName(
-        """HASH: rid -> dead letter JSON {reason, attempts, envelope, t}.""")
+        """HASH: rid -> dead letter JSON {reason, attempts, envelope, t}; also
+        ``feed:<sha1>`` (unreadable feed entries) and ``dropped:<sha1>`` (requests that
+        could not be stored: {reason, url, method, callback, errback, request, removed,
+        attempts 0, dropped true, t}, dropped.py).""")
 
     stats = KeyName(
         """HASH: crawl-wide counters (enqueued, claimed, acked, done, dead, ...).""")
 
     fleet_stats = KeyName(
-        """HASH: the fleet's Scrapy stats (observe/flush.py, lua/stats_flush.lua): every
+        """HASH: the fleet's Scrapy stats (fleet/stats.py, lua/stats_flush.lua): every
         worker's numeric stats added up, maxima kept as maxima, ``start_time`` the first
         and ``finish_time`` the last (epoch seconds).""")
 
@@ -161,6 +164,18 @@ class CrawlKeys:
         """STRING: the sequence number of a worker's last stats flush applied
         (lua/stats_flush.lua), so a flush sent again is not counted twice; expires."""
         return self._key(f"stats_seq:{worker}")
+
+    stats_open = KeyName(
+        """ZSET: worker id -> when it was last seen (ms of Redis TIME), for the workers
+        whose final stats flush is still to come (lua/fleet_open.lua at open and each
+        stats heartbeat; removed by lua/fleet_close.lua after that flush): the last worker
+        of a run sends ``fleet_closed`` once every other one has flushed its last stats.""")
+
+    closed_by = KeyName(
+        """STRING: the worker that sent ``fleet_closed`` for the run that ended last
+        (lua/fleet_close.lua), so that its call sent again after a lost reply gets the
+        same answer and no other worker sends it too; deleted when a worker opens (a new
+        run), expires after an hour.""")
 
     workers = KeyName(
         """ZSET: worker id -> last heartbeat in ms of Redis server time.""")

@@ -7,9 +7,14 @@ would queue every start request N times, and a start request keeps its
 the first worker to open starts it (``lua/run_join.lua``), every live worker's heartbeat
 keeps it (``run_refresh.lua``), and it ends when the last worker closes
 (``run_leave.lua``) or, when workers died, once no heartbeat refreshed it for the
-worker TTL. A fleet started again after all its workers stopped is a new run and sends
-its start requests again, as a Scrapy crawl resumed from its ``JOBDIR`` does (those
-without ``dont_filter`` are deduplicated fleet-wide, as there). The other workers wait
+worker TTL. With a grace (``LEASED_RUN_GRACE``, by default 30 s inside a Scrapyd job and
+0 elsewhere) a run that ended stays joinable that long: a worker that opens within it
+joins the run as workers of one run do (skips ``start()``, crawls what is left), so that
+workers started seconds apart (Scrapyd jobs polled one after the other, short crawls)
+make one run and send the start requests once. A fleet started again after all its
+workers stopped (and the grace) is a new run and sends its start requests again, as a
+Scrapy crawl resumed from its ``JOBDIR`` does (those without ``dont_filter`` are
+deduplicated fleet-wide, as there). The other workers wait
 until the seeder has exhausted ``start()`` (and written its requests to Redis) before
 they skip it, so none of them takes the crawl for finished before it began; when the
 seeder dies first, one of them seeds the run again.
@@ -20,12 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..topology import keys_with_prefix
+from .._redis.scan import keys_with_prefix
 from .keys import CrawlKeys
 from .scripts import as_str, register
 
 #: run_join.lua's answers
 SEEDED, SEED, WAIT = 0, 1, 2
+#: What ``Fresh.alive`` holds when the run ended within its grace (run_leave.lua)
+ENDED_MARKER = "run marker 'ended'"
 
 
 @dataclass(frozen=True)
@@ -41,12 +48,14 @@ class Fresh:
 
 class RunMarker:
     def __init__(self, client: Any, keys: CrawlKeys, worker_id: str, ttl_ms: int,
-                 worker_ttl_ms: int) -> None:
+                 worker_ttl_ms: int, grace_ms: int = 0) -> None:
         self.client = client
         self.keys = keys
         self.worker_id = worker_id
         self.ttl_ms = ttl_ms
         self.worker_ttl_ms = worker_ttl_ms
+        #: LEASED_RUN_GRACE: how long an ended run stays joinable (lua/run_leave.lua)
+        self.grace_ms = grace_ms
         self._s = register(client, "run_join", "run_seeded", "run_refresh", "run_leave",
                            "run_flush")
 
@@ -99,7 +108,9 @@ class RunMarker:
         return bool(await self._s["run_refresh"](keys=[self.keys.run], args=[self.ttl_ms]))
 
     async def leave(self) -> bool:
-        """This worker closes; True when it was the last one (the run ended)."""
+        """This worker closes; True when it was the last one (the run ended; it stays
+        joinable for ``grace_ms``)."""
         k = self.keys
         return bool(await self._s["run_leave"](keys=[k.run, k.workers],
-                                                args=[self.worker_id, self.worker_ttl_ms]))
+                                                args=[self.worker_id, self.worker_ttl_ms,
+                                                      self.grace_ms]))

@@ -8,13 +8,14 @@ is out of memory, instead of failing at its first write (or, after a first write
 on), so a script either runs completely or changes nothing. Renewals, releases and
 purges, which only extend or remove what exists, run under OOM (``allow-oom``).
 
-On a client made with ``wait_replicas`` N in its URL (topology.py), the scripts whose
+On a client made with ``wait_replicas`` N in its URL (_redis/url.py), the scripts whose
 replies a worker acts on (WAITED) are followed by ``WAIT N`` on the same connection, in
 the same round trip: their writes are on N replicas before the reply is used."""
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 from functools import cache
@@ -29,7 +30,9 @@ LIBS: dict[str, tuple[str, ...]] = {
               "lib_keys"),
     "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
                "lib_batch", "lib_stats"),
-    "stats_flush": ("lib_stats",),  # observe/flush.py
+    "stats_flush": ("lib_stats",),  # fleet/stats.py
+    "fleet_open": ("lib_time",),  # observe/stats.py: a worker's final stats are to come
+    "fleet_close": ("lib_time",),  # observe/stats.py: the run's last worker (fleet_closed)
     "feed_take": ("lib_time", "lib_keys"),  # the feed (feed/drain.py): a batch taken off it
     # layout: the seen-set layout, recorded once (Frontier.check_layout)
     "feed_commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
@@ -51,6 +54,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "cookies_set": ("lib_time",),  # cookies.py: the fleet's cookie jars
     "throttle_share": ("lib_time",),  # _throttleshare.py: AutoThrottle's delays
     # forget: no helpers (fleet/admin.py, scrapy leased forget)
+    "mark_seen": ("lib_time",),  # fleet/seen.py (scrapy leased from-scrapy-redis)
     # key_aside: no helpers (a feed or control key of the wrong type moved aside)
     # read: several reads with the server time, atomically (read_atomic below)
 }
@@ -67,6 +71,38 @@ def script_source(name: str) -> str:
     parts = [lua.joinpath(f"{lib}.lua").read_text(encoding="utf-8") for lib in LIBS.get(name, ())]
     parts.append(body)
     return shebang + "\n".join(parts)
+
+
+#: A fixed key in a script's header: ``-- KEYS[3] inflight ...`` (a CrawlKeys attribute)
+HEADER_KEY = re.compile(r"KEYS\[(\d+)\]\s+([a-z_]+)\b")
+
+
+@cache
+def header_keys(name: str) -> tuple[str, ...]:
+    """The names (CrawlKeys attributes) of script ``name``'s fixed KEYS, in order, as
+    its header lists them (``keys_in_header``)."""
+    lua = files("scrapy_leased.frontier").joinpath("lua")
+    return keys_in_header(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"),
+                          f"lua/{name}.lua")
+
+
+def keys_in_header(text: str, where: str) -> tuple[str, ...]:
+    """The fixed KEYS a script's header names: the comment lines that open it
+    (``-- KEYS[1] lanes  KEYS[2] todo``); the KEYS after them (``KEYS[14..]``,
+    ``KEYS[11 + 4i]``) are the caller's to add. Raises ValueError when the header does
+    not name KEYS[1..n] once each."""
+    found: dict[int, str] = {}
+    for line in text.splitlines():
+        if line.startswith("#!"):
+            continue
+        if not line.startswith("--"):
+            break
+        for index, key in HEADER_KEY.findall(line):
+            if found.setdefault(int(index), key) != key:
+                raise ValueError(f"{where} names KEYS[{index}] twice")
+    if sorted(found) != list(range(1, len(found) + 1)):
+        raise ValueError(f"{where}'s header does not name KEYS[1..n]: {found}")
+    return tuple(found[i] for i in range(1, len(found) + 1))
 
 
 #: Scripts whose reply makes a worker act outside Redis: claim (the worker holds the
@@ -175,6 +211,15 @@ class _WaitedScript:
 def as_str(value: Any) -> str:
     """A Redis reply (bytes, or str with decode_responses) as str."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def safe_text(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\ud83d``): what a
+    message, a reason or a log line may carry into Redis (redis-py encodes text as
+    strict UTF-8)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def pairs(flat: Sequence[Any]) -> list[tuple[Any, Any]]:

@@ -39,8 +39,8 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .._supervise import OnBug, supervise
-from ..codec import safe_text
 from .machine import CommitResult, Failure, Frontier, NewRequest, Revisit
+from .scripts import safe_text
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ class Batch:
     revisits: dict[int, Revisit] = field(default_factory=dict)  # token -> (Frontier.commit)
     #: Scrapy stats deltas riding along (Frontier.commit ``stats``), taken once per batch
     stats: list[Any] = field(default_factory=list)
+    #: Requests that could not be stored, as dead letters (Frontier.commit ``drops``)
+    drops: list[tuple[str, str]] = field(default_factory=list)
 
 
 class CommitWriter:
@@ -115,11 +117,19 @@ class CommitWriter:
 
     def add_fail(self, failure: Failure) -> None:
         """Fail a claim; its reason (an exception's text: any str) is stored with each
-        lone surrogate escaped (codec.safe_text), so that no reason stops the commit."""
+        lone surrogate escaped (scripts.safe_text), so that no reason stops the commit."""
         if not failure.reason.isascii():
             failure = replace(failure, reason=safe_text(failure.reason))
         self._batch.fails.append(failure)
         self._settles_added()
+
+    def add_drop(self, field: str, letter: str) -> None:
+        """Dead-letter a request that could not be stored: ``letter`` (a JSON object,
+        dropped.py) at ``field`` of the dead letters, with the next batch."""
+        self._batch.drops.append((field, letter))
+        if len(self._batch.drops) >= LINGER_PAGES:
+            self._go.set()
+        self._kick()
 
     def _settles_added(self) -> None:
         if len(self._batch.acks) + len(self._batch.fails) >= LINGER_PAGES:
@@ -146,7 +156,7 @@ class CommitWriter:
 
     def _has_work(self) -> bool:
         b = self._batch
-        return self._held is not None or bool(b.enqueue or b.acks or b.fails)
+        return self._held is not None or bool(b.enqueue or b.acks or b.fails or b.drops)
 
     def _take(self) -> Batch:
         b = self._batch
@@ -155,7 +165,7 @@ class CommitWriter:
             self._batch = Batch([], [], [], [])
             return b
         # Oversized: send requests first, acks only with the last slice of requests.
-        head = Batch(b.enqueue[:n], b.tags[:n], [], [])
+        head = Batch(b.enqueue[:n], b.tags[:n], [], [], drops=b.drops)
         self._batch = Batch(b.enqueue[n:], b.tags[n:], b.acks, b.fails, b.revisits)
         return head
 
@@ -196,7 +206,8 @@ class CommitWriter:
                 result = await self.frontier.commit(batch.enqueue, batch.acks, batch.fails,
                                                     call_id=call_id,
                                                     revisits=batch.revisits,
-                                                    stats=batch.stats)
+                                                    stats=batch.stats,
+                                                    drops=batch.drops)
                 break
             except (RedisError, OSError) as exc:
                 if not self._warned:

@@ -35,7 +35,8 @@ __all__ = ["CONTENT_TYPE_LATEST", "METRICS", "families", "render"]
 STATUS_PREFIX = "downloader/response_status_count/"
 LOG_PREFIX = "log_count/"
 #: admin.diagnose's codes and status's "memory": a series each, 0 or 1
-WARNING_CODES = frozenset({"no_workers", "orphaned", "stuck", "dead_climbing", "memory"})
+WARNING_CODES = frozenset({"no_workers", "orphaned", "stuck", "dead_climbing", "memory",
+                           "dropped"})
 
 #: Where a metric's value comes from (one key of each entry of metrics.json): ``value``
 #: a Snapshot attribute (None counts 0) or one of ``_DERIVED``; ``stat`` a fleet-wide

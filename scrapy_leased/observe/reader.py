@@ -19,10 +19,11 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..fleet.admin import DeadLetter, FleetAdmin, parse_dead_letter
+from ..fleet.report import status_doc, status_warnings
 from ..fleet.snapshot import Snapshot
 from ..frontier import as_str
 from ..frontier.keys import CrawlKeys
-from ..ratelimit.budgets import Budgets
+from ..settings import Budgets
 
 CRAWL_LIST_SECONDS = 30.0  # the crawl list (a SCAN of the keyspace) is kept this long
 TREND_SECONDS = 10.0  # warnings compare with the sample at least this old (status --watch)
@@ -86,8 +87,6 @@ class FleetReader:
         return self._admins[crawl]
 
     async def read(self, crawl: str) -> Reading:
-        from ..commands.leased import status_doc, status_warnings
-
         cur = await self.admin(crawl).snapshot()
         async with self._lock:
             history = self._history.setdefault(crawl, deque(maxlen=HISTORY_POINTS))

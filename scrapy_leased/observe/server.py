@@ -55,8 +55,14 @@ def _static(name: str) -> tuple[bytes, str]:
     return body, "text/html" if name.endswith(".html") else "text/javascript"
 
 
-def dashboard_app(reader: FleetReader, default: str | None, allow_writes: bool) -> web.Application:
-    async def page(request: web.Request) -> web.Response:
+class _Dashboard:
+    """The dashboard's handlers: its page, the crawl list, a crawl's snapshot, and the
+    dead letters' requeue and purge (only with ``allow_writes``)."""
+
+    def __init__(self, reader: FleetReader, default: str | None, allow_writes: bool) -> None:
+        self.reader, self.default, self.allow_writes = reader, default, allow_writes
+
+    async def page(self, request: web.Request) -> web.Response:
         name = request.match_info.get("name", "index.html")
         if name not in STATIC:
             raise web.HTTPNotFound()
@@ -64,30 +70,31 @@ def dashboard_app(reader: FleetReader, default: str | None, allow_writes: bool) 
         return web.Response(body=body, content_type=ctype, charset="utf-8",
                             headers={"Cache-Control": "no-cache"})
 
-    async def crawls(request: web.Request) -> web.Response:
+    async def crawls(self, request: web.Request) -> web.Response:
+        default = self.default
         if default is not None:
-            await reader.known(default)  # started after the list was read
-        names = await reader.crawls()
-        return web.json_response({"crawls": names, "allow_writes": allow_writes,
+            await self.reader.known(default)  # started after the list was read
+        names = await self.reader.crawls()
+        return web.json_response({"crawls": names, "allow_writes": self.allow_writes,
                                   "default": default if default in names or not names
                                   else names[0]})
 
-    async def crawl_of(request: web.Request, crawl: Any) -> str:
-        if not isinstance(crawl, str) or not await reader.known(crawl):
+    async def crawl_of(self, crawl: Any) -> str:
+        if not isinstance(crawl, str) or not await self.reader.known(crawl):
             raise web.HTTPNotFound(text=f"no crawl {crawl!r} here")
         return crawl
 
-    async def snapshot(request: web.Request) -> web.Response:
-        crawl = await crawl_of(request, request.query.get("crawl"))
-        reading = await reader.read(crawl)
-        letters = await reader.dead_letters(crawl)
+    async def snapshot(self, request: web.Request) -> web.Response:
+        crawl = await self.crawl_of(request.query.get("crawl"))
+        reading = await self.reader.read(crawl)
+        letters = await self.reader.dead_letters(crawl)
         return web.json_response({
-            "status": reading.doc, "history": reader.history(crawl),
+            "status": reading.doc, "history": self.reader.history(crawl),
             "dead_letters": [{**d.to_dict(), "lane": d.lane} for d in letters],
-            "allow_writes": allow_writes})
+            "allow_writes": self.allow_writes})
 
-    async def dead(request: web.Request) -> web.Response:
-        if not allow_writes:
+    async def dead(self, request: web.Request) -> web.Response:
+        if not self.allow_writes:
             raise web.HTTPForbidden(text="read-only: start the dashboard with --allow-writes")
         if request.headers.get(WRITE_HEADER) != "1":
             raise web.HTTPForbidden(text=f"missing header {WRITE_HEADER}: 1")
@@ -95,31 +102,35 @@ def dashboard_app(reader: FleetReader, default: str | None, allow_writes: bool) 
             body = await request.json()
         except ValueError:
             raise web.HTTPBadRequest(text="a JSON body is needed") from None
-        crawl = await crawl_of(request, body.get("crawl"))
-        admin = reader.admin(crawl)
+        crawl = await self.crawl_of(body.get("crawl"))
+        admin = self.reader.admin(crawl)
         if body.get("all") is True:
             _, letters = await admin.dead_letters()
         else:
             rids = body.get("rids")
             if not isinstance(rids, list) or not all(isinstance(r, str) for r in rids):
                 raise web.HTTPBadRequest(text="rids: a list of dead letter ids")
-            letters = await reader.letters(crawl, rids)
+            letters = await self.reader.letters(crawl, rids)
         action = body.get("action")
         if action == "requeue":
             result = await admin.requeue_dead(letters)
             return web.json_response({"requeued": result.requeued, "missing": result.missing,
                                       "already_done": result.already_done,
-                                      "unreadable": result.unreadable})
+                                      "unreadable": result.unreadable,
+                                      "dropped": result.dropped})
         if action == "purge":
             return web.json_response({"purged": await admin.purge_dead(letters)})
         raise web.HTTPBadRequest(text="action: requeue or purge")
 
+
+def dashboard_app(reader: FleetReader, default: str | None, allow_writes: bool) -> web.Application:
+    handlers = _Dashboard(reader, default, allow_writes)
     app = web.Application()
-    app.router.add_get("/", page)
-    app.router.add_get("/{name}", page)
-    app.router.add_get("/api/crawls", crawls)
-    app.router.add_get("/api/snapshot", snapshot)
-    app.router.add_post("/api/dead", dead)
+    app.router.add_get("/", handlers.page)
+    app.router.add_get("/{name}", handlers.page)
+    app.router.add_get("/api/crawls", handlers.crawls)
+    app.router.add_get("/api/snapshot", handlers.snapshot)
+    app.router.add_post("/api/dead", handlers.dead)
     return app
 
 

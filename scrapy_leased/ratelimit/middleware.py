@@ -36,10 +36,9 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..config import LeasedConfig
 from ..meta import META_FREE_SINCE, META_NOT_BEFORE
-from ..scheduler import leased_scheduler
-from .budgets import Budgets
+from ..runtime import worker_of
+from ..settings import Budgets, config_for
 from .watch import PenaltyWatch
 
 if TYPE_CHECKING:
@@ -111,7 +110,7 @@ class LeasedRateMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, LeasedConfig.from_settings(crawler.settings).budgets)
+        return cls(crawler, config_for(crawler).budgets)
 
     def _note_penalty(self, lane: str) -> None:
         """Remember that the lane was penalized now, by this worker or (heard on the
@@ -142,12 +141,12 @@ class LeasedRateMiddleware:
     def _frontier(self) -> Any:
         """The leased scheduler's frontier; None when the project replaced the
         scheduler (this middleware then passes every request and response through)."""
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         return None if scheduler is None else scheduler.frontier
 
     async def process_request(self, request: Request,
                               spider: object = None) -> Request | None:
-        scheduler = leased_scheduler(self.crawler)
+        scheduler = worker_of(self.crawler)
         if scheduler is None or scheduler.frontier is None:
             return None
         lane = self.budgets.lane_of(request)

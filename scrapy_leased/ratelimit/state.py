@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..settings.defaults import HALF_LIFE_MS as HALF_LIFE_MS  # LEASED_RATE_RECOVERY's
+
 #: The fields read, in this order (see lua/lib_rate.lua): GCRA arrival time, blocked
 #: until, slowdown factor and when it was set, Crawl-delay in ms.
 RATE_FIELDS = ("tat", "blk", "pf", "pt", "cd")
-#: LEASED_RATE_RECOVERY's default, in ms: the slowdown factor halves this often.
-HALF_LIFE_MS = 30_000
 
 
 @dataclass(frozen=True)

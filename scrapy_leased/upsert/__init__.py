@@ -2,7 +2,7 @@
 a stable key (Redis, SQLite or PostgreSQL), fenced by the claim token of the request
 that produced it (noted by ``UpsertFenceMiddleware``). The add-on enables both."""
 
-from .config import UpsertConfig
+from ..settings import UpsertConfig
 from .fence import UpsertFenceMiddleware
 from .pipeline import UpsertPipeline
 from .records import MissingKey

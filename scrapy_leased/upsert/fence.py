@@ -21,8 +21,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
-from ..config import LeasedConfig
 from ..meta import claim_token
+from ..settings import config_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -95,7 +95,7 @@ class UpsertFenceMiddleware(BaseSpiderMiddleware):
     callback yields, the claim token of the request being processed."""
 
     def __init__(self, crawler: Crawler) -> None:
-        if not LeasedConfig.from_settings(crawler.settings).upsert.enabled:
+        if not config_for(crawler).upsert.enabled:
             raise NotConfigured("LEASED_UPSERT_ENABLED is False")
         super().__init__(crawler)
         self.registry = FenceRegistry.for_crawler(crawler)

@@ -16,12 +16,11 @@ from itemadapter import is_item
 from scrapy.exceptions import NotConfigured
 
 from .._compat import pipeline_hook
-from .._supervise import crawl_stopper
+from .._redis.connection import LeasedRedisError
 from ..bootstrap import crawl_redis_url_async
-from ..config import LeasedConfig
-from ..connection import LeasedRedisError
+from ..runtime import crawl_stopper
+from ..settings import LeasedConfig, UpsertConfig, config_for
 from .batcher import WriteBatcher
-from .config import UpsertConfig
 from .fence import FenceRegistry
 from .records import MissingKey, RecordMaker
 from .stores import Store, StoreError, make_store
@@ -51,7 +50,7 @@ class UpsertPipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        leased = LeasedConfig.from_settings(crawler.settings)
+        leased = config_for(crawler)
         if not leased.upsert.enabled:
             raise NotConfigured("LEASED_UPSERT_ENABLED is False")
         return cls(crawler, leased.upsert, leased)

@@ -15,7 +15,7 @@ from typing import Any
 from itemadapter import ItemAdapter
 from scrapy.utils.serialize import ScrapyJSONEncoder
 
-from .config import DEFAULT_KEY
+from ..settings.defaults import UPSERT_DEFAULT_KEY as DEFAULT_KEY
 
 _SNAKE_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NOT_IDENT_RE = re.compile(r"[^a-z0-9_]+")

@@ -5,7 +5,7 @@ An extension loaded in a real ``scrapy crawl`` worker (tests/test_edges_loops.py
 the patched method raises ``InjectedBug`` on its ``TEST_BUG_CALL``-th call (1: the
 first), once; everything else is the real code:
 
-- ``claim``: ``LeasedScheduler._absorb`` (the claim loop), on a reply with claims, before
+- ``claim``: ``ClaimLoop.absorb`` (worker/claimloop.py), on a reply with claims, before
   any of them is taken;
 - ``writer_before`` / ``writer_after``: ``Frontier.commit`` (the commit writer), before
   the call is sent / after Redis applied it (its reply lost to the bug);
@@ -36,15 +36,15 @@ class InjectedBug(RuntimeError):
 
 
 def _targets() -> dict[str, tuple[Any, str]]:
+    from scrapy_leased.fleet.stats import StatsFlusher
     from scrapy_leased.frontier.machine import Frontier
     from scrapy_leased.logstats import LeasedLogStats
-    from scrapy_leased.observe.flush import StatsFlusher
     from scrapy_leased.ratelimit.middleware import LeasedRateMiddleware
-    from scrapy_leased.scheduler import LeasedScheduler
     from scrapy_leased.upsert.pipeline import UpsertPipeline
+    from scrapy_leased.worker.claimloop import ClaimLoop
 
     return {
-        "claim": (LeasedScheduler, "_absorb"),
+        "claim": (ClaimLoop, "absorb"),
         "writer_before": (Frontier, "commit"),
         "writer_after": (Frontier, "commit"),
         "feed": (Frontier, "commit_feed"),

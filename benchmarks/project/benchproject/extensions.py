@@ -10,7 +10,7 @@ import time
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
 
-from scrapy_leased.scheduler import leased_scheduler
+from scrapy_leased.runtime import worker_of
 
 # Requests written to a Redis socket by this process (one per command, or one per
 # pipeline): the client side of "round trips". Counted by wrapping redis-py's
@@ -103,7 +103,7 @@ class BenchReport:
         if downloader is None:
             return
         transferring = sum(len(s.transferring) for s in downloader.slots.values())
-        sched = leased_scheduler(self.crawler)
+        sched = worker_of(self.crawler)
         claims = unstarted = handed = -1
         if sched is not None:
             book = sched.book

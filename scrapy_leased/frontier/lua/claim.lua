@@ -29,7 +29,7 @@
 -- KEYS[11] control  HASH  the fleet's control state (keys.py: state running|paused|
 --                  stopping): anything but running claims nothing and reports the state;
 --                  'started': the crawl's first claim (ms), set here
--- KEYS[12] fleet_stats HASH the fleet's Scrapy stats (observe/flush.py), for the limits
+-- KEYS[12] fleet_stats HASH the fleet's Scrapy stats (fleet/stats.py), for the limits
 -- KEYS[13] feed     LIST  JSON requests pushed by producers, not drained yet
 -- KEYS[14] feed_taken HASH worker id -> feed entries taken, not queued yet (feed_take.lua)
 -- KEYS[11 + 4i], KEYS[12 + 4i], KEYS[13 + 4i], KEYS[14 + 4i]: candidate lane i's tier

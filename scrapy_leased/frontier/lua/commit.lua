@@ -10,7 +10,7 @@
 -- KEYS[9] throughput (HASH 10-second bucket -> requests newly done)
 -- KEYS[10] owners (HASH claim token -> worker id: removed with each lease that ends)
 -- KEYS[11] revisit (ZSET envelope -> due time in ms: revisit.lua queues it again then)
--- KEYS[12] fleet_stats (HASH: the fleet's Scrapy stats, observe/flush.py)
+-- KEYS[12] fleet_stats (HASH: the fleet's Scrapy stats, fleet/stats.py)
 -- KEYS[13] worker_acked (HASH worker id -> requests it acked: ARGV[9]'s count goes up by
 --          this call's acks of held leases, one HINCRBY per call)
 -- KEYS[14..] seen buckets (SETs of 64-bit integers) and queue LISTs (each followed by
@@ -35,6 +35,12 @@
 --                   revisit with it)
 -- then n_stats   x {op, stat name, value}: stats deltas (lib_stats.lua apply_stats),
 --                   applied once per call id (a replayed call applies nothing)
+-- then, optional (absent: none), n_drop and n_drop x {field, letter JSON}: requests a
+--                   spider yielded that could not be stored (codec.PayloadError), each
+--                   a dead letter at `field` of KEYS[7] (the letter's JSON object as
+--                   given, with 'dropped' true, 'attempts' 0, 't' Redis time and its
+--                   'reason' clipped; the same field again overwrites it); stats
+--                   'dropped' counts them all, 'dead' the new letters
 -- then the guard's four ARGV (call id, epoch, token, rid seen)
 -- An ack or a fail settles a claim only if the claim still holds the request it names
 -- (the envelope's rid). A stale ack (its lease is gone: the request was recovered) still
@@ -52,6 +58,27 @@
 for i = 1, 8 do
   if not tonumber(ARGV[i]) then
     return redis.error_reply('commit: ARGV[' .. i .. '] must be a number, not ' .. tostring(ARGV[i]))
+  end
+end
+-- the dropped requests (after the stats, before the guard's four ARGV), read before any
+-- write: a letter that is not a JSON object is an error
+local drop_at = 10 + enqueue_args_len(10, tonumber(ARGV[1])) + 3 * tonumber(ARGV[2])
+  + 7 * tonumber(ARGV[3]) + 4 * tonumber(ARGV[7]) + 3 * tonumber(ARGV[8])
+local drops = {}
+if drop_at <= #ARGV - 4 then
+  local n_drop = tonumber(ARGV[drop_at])
+  if not n_drop or drop_at + 2 * n_drop ~= #ARGV - 4 then
+    return redis.error_reply('commit: ARGV[' .. drop_at .. '] must be the number of dropped '
+      .. 'requests that follow, not ' .. tostring(ARGV[drop_at]))
+  end
+  for i = 1, n_drop do
+    local at = drop_at + 2 * i - 1
+    local ok, letter = pcall(cjson.decode, ARGV[at + 1])
+    if not ok or type(letter) ~= 'table' then
+      return redis.error_reply('commit: the dropped request ' .. ARGV[at] .. ' is not a JSON '
+        .. 'object')
+    end
+    drops[i] = {ARGV[at], letter}
   end
 end
 local ttl, gen = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -104,6 +131,17 @@ local a = enqueue_new(keys, g, 10, n_enq, out, ttl, gen)
 -- never fails (lib_stats.lua): a value refused is skipped and counted, the rest applied
 local stats_refused = apply_stats(KEYS[12], stats_at, stats_at + 3 * tonumber(ARGV[8]) - 1)
 if stats_refused > 0 then redis.call('HINCRBY', KEYS[3], 'stats_refused', stats_refused) end
+if #drops > 0 then
+  local now, new = server_ms(), 0
+  for _, d in ipairs(drops) do
+    local letter = d[2]
+    letter.reason = clip(tostring(letter.reason or ''), 2000)
+    letter.attempts, letter.dropped, letter.t = 0, true, now
+    new = new + redis.call('HSET', KEYS[7], d[1], cjson.encode(letter))
+  end
+  if new > 0 then redis.call('HINCRBY', KEYS[3], 'dead', new) end
+  redis.call('HINCRBY', KEYS[3], 'dropped', #drops)
+end
 -- The acks, each decided in order as if alone (a token named twice is settled by its
 -- first ack), with their reads and deletes sent once per call: the envelopes (HMGET)
 -- and leases (ZMSCORE; a lone ack takes its ZREM's reply) of the claims named, then the

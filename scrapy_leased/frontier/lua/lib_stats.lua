@@ -4,7 +4,7 @@
 -- its own.
 
 -- A stat value sent must be a finite decimal number (as Python's str(int) or repr(float)
--- writes it) of at most this size; the worker sends no other (observe/flush.py).
+-- writes it) of at most this size; the worker sends no other (fleet/stats.py).
 local STAT_LIMIT = 9223372036854775808  -- 2^63
 local STAT_OPS = {i = true, f = true, max = true, min = true}
 
@@ -24,7 +24,7 @@ end
 -- Apply the triples {op, stat name, value} of ARGV[first..last] to the HASH `key`: op
 -- 'i' adds an integer (HINCRBY; HINCRBYFLOAT when the stat is a float already), 'f'
 -- adds a float (HINCRBYFLOAT), 'max' keeps the larger, 'min' keeps the smaller
--- (observe/flush.py stat_op). Never fails half-way: each triple is checked before its
+-- (fleet/stats.py stat_op). Never fails half-way: each triple is checked before its
 -- write (stat_number) and each write is a pcall, so a triple refused (its value, or a
 -- stat or key Redis cannot add to: set by hand to a string, or of another type) is
 -- skipped and the others applied. Returns how many were refused.

@@ -2,10 +2,14 @@
 -- run_flush: LEASED_FLUSH_ON_START: start a fresh run of the crawl, deleting its
 -- frontier state, unless a run of it is on. Only when no run marker exists (no run is
 -- live: the last worker closed, or every worker's heartbeat is older than the marker's
--- expiry) and no other worker has a heartbeat younger than the worker TTL, the given
--- keys are deleted and the caller becomes the seeder of a new run (as run_join.lua does
--- for the first worker of a run), in one step: of workers starting at the same moment
--- one flushes, and the others find its run and join it (run_join.lua) without flushing.
+-- expiry; a run that ended less than LEASED_RUN_GRACE ago, its marker 'ended'
+-- (run_leave.lua), is still on: a worker starting then joins it; a marker naming the
+-- caller is not: it began a run a moment ago, the run it had found on having ended
+-- before it joined, and has not seeded it) and no other worker has a heartbeat younger
+-- than the worker TTL, the given keys are deleted and the caller becomes the seeder of
+-- a new run (as run_join.lua does for the first worker of a run), in one step: of
+-- workers starting at the same moment one flushes, and the others find its run and
+-- join it (run_join.lua) without flushing.
 -- The caller passes the crawl's keys to delete (a SCAN of the crawl's prefix, without
 -- the kept ones: the run marker, the worker registry, meta, tokens, epoch, control and
 -- the UpsertPipeline records, and the feed: work pushed before any worker started
@@ -45,7 +49,7 @@ local others = {}
 for _, w in ipairs(live) do
   if w ~= ARGV[1] then others[#others + 1] = w end
 end
-if cur or #others > 0 then
+if (cur and cur ~= ARGV[1]) or #others > 0 then
   local out = {0, cur or ''}
   for _, w in ipairs(others) do out[#out + 1] = w end
   return out

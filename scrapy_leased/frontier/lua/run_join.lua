@@ -5,8 +5,10 @@
 -- unseeded run has no heartbeat younger than the worker TTL (it died), the caller seeds
 -- it again. Live workers refresh the marker's expiry (run_refresh.lua); when every
 -- worker is gone it expires (or the last worker to leave deletes it, run_leave.lua),
--- and the next worker starts a new run.
--- KEYS[1] run      STRING  seeder's worker id, or 'seeded'
+-- and the next worker starts a new run. A run that ended within its grace
+-- (LEASED_RUN_GRACE: run_leave.lua left the marker 'ended') is joined as a seeded one,
+-- and is on again (the marker reads 'seeded').
+-- KEYS[1] run      STRING  seeder's worker id, 'seeded', or 'ended' (within the grace)
 -- KEYS[2] workers  ZSET    worker id -> last heartbeat (ms of Redis TIME)
 -- ARGV[1] worker id  ARGV[2] run marker expiry ms  ARGV[3] worker TTL ms
 -- Returns 0: the run is seeded (skip start()); 1: this worker seeds it (now the marker
@@ -17,6 +19,10 @@ local cur = redis.call('GET', KEYS[1])
 if cur then
   if cur == 'seeded' then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return 0
+  end
+  if cur == 'ended' then
+    redis.call('SET', KEYS[1], 'seeded', 'PX', ARGV[2])
     return 0
   end
   if cur == ARGV[1] then

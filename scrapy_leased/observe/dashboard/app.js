@@ -118,9 +118,9 @@ function render(data) {
   const letters = data.dead_letters.slice(0, DEAD_ROWS);
   fillTable("#dead", letters.map((d) => el("tr", { "data-rid": d.rid },
     el("td", {}, when(d.time)), el("td", {}, d.url ? `${d.method} ${d.url}` : "(unreadable envelope)"),
-    el("td", { class: "n" }, d.attempts), el("td", { class: "reason" }, d.reason),
+    el("td", { class: "n" }, d.dropped ? "dropped" : d.attempts), el("td", { class: "reason" }, d.reason),
     el("td", {}, ...(writes ? [
-      el("button", { class: "requeue", onclick: () => deadAction("requeue", d.url || d.rid, { rids: [d.rid] }) }, "requeue"), " ",
+      ...(d.dropped ? [] : [el("button", { class: "requeue", onclick: () => deadAction("requeue", d.url || d.rid, { rids: [d.rid] }) }, "requeue"), " "]),
       el("button", { class: "purge danger", onclick: () => deadAction("purge", d.url || d.rid, { rids: [d.rid] }) }, "purge")] : [])))),
     "no dead letters");
   $("#dead-actions").replaceChildren(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...frontier.keys import CrawlKeys
-from ..config import UpsertConfig
+from ...settings import UpsertConfig
 from .base import Store, StoreError
 
 

@@ -22,7 +22,7 @@ from redis.exceptions import ClusterDownError, OutOfMemoryError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ...connection import CONNECT_TIMEOUT_SECONDS, connect, redact
+from ..._redis.connection import CONNECT_TIMEOUT_SECONDS, connect, redact
 from ...frontier.keys import CrawlKeys
 from ...frontier.scripts import register
 from ..records import Record

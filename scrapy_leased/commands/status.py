@@ -1,0 +1,76 @@
+"""``scrapy leased status``: one snapshot with its trends, or ``--watch``."""
+
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..fleet import Diagnosis, FleetAdmin, Snapshot
+from ..fleet.report import render_status, status_doc, status_warnings
+from ..settings import (
+    Budgets,
+)
+from .common import CLEAR, SAMPLE_SECONDS, WATCH_INTERVAL_SECONDS, WATCH_TREND_SECONDS, _concurrency
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy.settings import Settings
+
+
+async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Settings,
+                  where: str, budgets: Budgets) -> int:
+    default_cap = _concurrency(settings)
+    if not opts.watch:
+        sample = SAMPLE_SECONDS if opts.sample is None else opts.sample
+        prev = None
+        if sample > 0:
+            prev = await admin.snapshot(workers=False, memory=False)
+            await asyncio.sleep(sample)
+        cur = await admin.snapshot()
+        warnings = status_warnings(cur, prev, default_cap)
+        _print_status(cur, prev, warnings, opts.json, where, budgets)
+        return 0
+    trend = WATCH_TREND_SECONDS if opts.sample is None else opts.sample
+    interval = WATCH_INTERVAL_SECONDS if opts.interval is None else opts.interval
+    history: deque[Snapshot] = deque()
+    # Ctrl-C ends the watch once the redraw in progress is done: handled here rather
+    # than by cancelling the task (asyncio.run's way), which a Redis call in flight can
+    # lose, leaving the command running after Ctrl-C.
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            cur = await admin.snapshot()
+        except Exception as exc:  # keep watching through a Redis restart
+            line = f"cannot read Redis at {where}: {type(exc).__name__}: {exc}"
+            print(json.dumps({"error": line}) if opts.json else CLEAR + line, flush=True)
+        else:
+            while len(history) > 1 and (cur.now_ms - history[1].now_ms) / 1000 >= trend:
+                history.popleft()  # keep the newest sample at least `trend` old, if any
+            prev = history[0] if history and trend > 0 else None
+            history.append(cur)
+            warnings = status_warnings(cur, prev, default_cap)
+            if not opts.json:
+                sys.stdout.write(CLEAR)
+            _print_status(cur, prev, warnings, opts.json, where, budgets)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(),
+                                   max(0.0, interval - (time.monotonic() - started)))
+    return 0
+
+
+def _print_status(cur: Snapshot, prev: Snapshot | None, warnings: list[Diagnosis],
+                  as_json: bool, where: str, budgets: Budgets) -> None:
+    if as_json:
+        print(json.dumps(status_doc(cur, prev, warnings, where, budgets)), flush=True)
+        return
+    print(render_status(cur, prev, warnings, where, budgets), flush=True)

@@ -1,0 +1,93 @@
+"""``scrapy leased seed`` and ``forget``: URLs read, checked and fingerprinted before Redis
+is reached, then queued or forgotten."""
+
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..fleet import FleetAdmin
+from ..fleet.report import n_of
+from ..frontier import NewRequest
+from ..settings import (
+    LeasedConfig,
+)
+from .common import CommandError
+
+if TYPE_CHECKING:
+
+    from scrapy.settings import Settings
+
+
+def _read_urls(sources: list[str], files: list[str]) -> list[str]:
+    lines: list[str] = []
+    for name in files + [s for s in sources if s == "-"]:
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot read {name}: {exc.strerror}") from None
+        lines += text.splitlines()
+    lines += [s for s in sources if s != "-"]
+    return [u.strip() for u in lines if u.strip() and not u.lstrip().startswith("#")]
+
+
+def _packed(lines: list[str], settings: Settings, config: LeasedConfig,
+            what: str, scrapy_redis: bool = False) -> list[NewRequest]:
+    """Each line (a URL, or a JSON request in the feed's format: feed/format.py; with
+    ``scrapy_redis``, in RedisSpider's: format.py parse_scrapy_redis_entry) as the
+    frontier queues it: its seen-set entry is Scrapy's fingerprint
+    (REQUEST_FINGERPRINTER_CLASS), as a worker computes it."""
+    from ..feed.crawl import to_feed_request
+    from ..feed.format import FeedEntryError, parse_scrapy_redis_entry
+    from ..feed.packer import RequestPacker
+
+    if not lines:
+        raise CommandError(f"nothing to {what}: give URLs, -f FILE or - (stdin)")
+    packer = RequestPacker.from_settings(settings, config)
+    requests = []
+    for i, line in enumerate(lines):
+        try:
+            if scrapy_redis:
+                try:
+                    fed = parse_scrapy_redis_entry(line)
+                except FeedEntryError as exc:
+                    raise FeedEntryError(f"request {i + 1}: {exc}") from None
+            else:
+                fed = to_feed_request(line, i + 1)
+            requests.append(packer.pack(fed.request, fed.names))
+        except ValueError as exc:  # FeedEntryError, PayloadError
+            raise CommandError(f"{exc}; nothing done") from None
+        except RecursionError:
+            raise CommandError(f"request {i + 1}: nested too deeply; nothing done") from None
+    return requests
+
+
+async def _seed(admin: FleetAdmin, lines: list[str], requests: list[NewRequest],
+                config: LeasedConfig) -> int:
+    try:
+        queued = await admin.seed(requests, config.seen_bucket_bits, config.seen_ttl_ms)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    n = sum(queued)
+    print(f"seeded crawl {admin.keys.crawl_id!r}: {n_of(len(lines), 'URL')}, {n:,} queued, "
+          f"{len(lines) - n:,} already seen")
+    return 0
+
+
+async def _forget(admin: FleetAdmin, urls: list[str], requests: list[NewRequest],
+                  config: LeasedConfig) -> int:
+    entries = [(r.bucket, r.member) for r in requests
+               if r.bucket is not None]  # (dont_filter: never in the seen set)
+    try:
+        await admin.frontier.check_layout(config.seen_bucket_bits, config.seen_ttl_ms)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    forgotten = await admin.forget(entries)
+    n = sum(forgotten)
+    print(f"forgot {n:,} of {n_of(len(urls), 'URL')} of crawl {admin.keys.crawl_id!r} "
+          f"({len(urls) - n:,} not seen); each is queued again the next time it is sent "
+          f"(a new run's start requests, a link, scrapy leased seed). A worker running now "
+          f"may still skip one it remembers (LEASED_SEEN_CACHE): start workers afterwards")
+    return 0
