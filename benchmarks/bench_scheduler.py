@@ -109,7 +109,9 @@ async def open_scheduler(which: str, redis_url: str | None, concurrency: int):
     spider = crawler._create_spider()
     crawler.spider = spider
     slot = SimpleNamespace(inprogress=set(), nextcall=_NextCall(), closing=None)
-    crawler.engine = SimpleNamespace(downloader=Downloader(crawler), _slot=slot)
+    # no scraper queue: each request is finished as soon as it is handed out
+    crawler.engine = SimpleNamespace(downloader=Downloader(crawler), _slot=slot,
+                                     scraper=SimpleNamespace(slot=None))
     sched_cls = load_object(crawler.settings["SCHEDULER"])
     sched = sched_cls.from_crawler(crawler)
     d = sched.open(spider)
