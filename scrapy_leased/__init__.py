@@ -14,19 +14,19 @@ from ._version import __version__
 if TYPE_CHECKING:
     from .addon import Addon
     from .feed import AsyncCrawl, Crawl
-    from .fleetspidermon import FleetSpidermon
     from .meta import claim_token
-    from .middleware import LeasedFailureMiddleware
+    from .observe.spidermon import FleetSpidermon
     from .worker.dupefilter import LeasedDupeFilter
+    from .worker.middleware import LeasedFailureMiddleware
     from .worker.scheduler import LeasedScheduler
 
 _EXPORTS = {
     "Addon": "addon",
     "AsyncCrawl": "feed",
     "Crawl": "feed",
-    "FleetSpidermon": "fleetspidermon",  # needs spidermon installed
+    "FleetSpidermon": "observe.spidermon",  # needs spidermon installed
     "LeasedDupeFilter": "worker.dupefilter",
-    "LeasedFailureMiddleware": "middleware",
+    "LeasedFailureMiddleware": "worker.middleware",
     "LeasedScheduler": "worker.scheduler",
     "claim_token": "meta",
 }

@@ -9,15 +9,15 @@ from scrapy.utils.misc import load_object
 
 from ._command import exit_if_command_line, runs_plain
 from ._redis.connection import LeasedRedisError, check_reachable
-from .cookies import LeasedCookiesMiddleware
-from .feedexports import install as install_feed_exports
-from .logstats import LeasedLogStats
-from .middleware import LeasedFailureMiddleware
+from .observe.logstats import LeasedLogStats
 from .observe.stats import LeasedFleetStats
 from .ratelimit.middleware import LeasedRateMiddleware
 from .settings import LeasedConfig, LeasedConfigError
 from .upsert import UpsertFenceMiddleware, UpsertPipeline
+from .worker.cookies import LeasedCookiesMiddleware
 from .worker.dupefilter import LeasedDupeFilter
+from .worker.feedexports import install as install_feed_exports
+from .worker.middleware import LeasedFailureMiddleware
 from .worker.scheduler import LeasedScheduler
 from .worker.seeding import LeasedStartMiddleware
 

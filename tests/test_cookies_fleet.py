@@ -23,7 +23,9 @@ from scrapy.settings import Settings
 
 from scrapy_leased._redis.connection import make_client
 from scrapy_leased.addon import Addon
-from scrapy_leased.cookies import (
+from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.frontier.scripts import register
+from scrapy_leased.worker.cookies import (
     CookieStore,
     LeasedCookiesMiddleware,
     cookie_field,
@@ -31,8 +33,6 @@ from scrapy_leased.cookies import (
     cookie_to_json,
     jar_name,
 )
-from scrapy_leased.frontier.keys import CrawlKeys
-from scrapy_leased.frontier.scripts import register
 from tests.support.login_site import LoginSite
 from tests.support.redis_server import RedisServer
 
@@ -262,7 +262,7 @@ async def _hiccup(srv: RedisServer, crawl_id: str) -> None:
     srv.stop()
     req = Request("http://127.0.0.1/p/1")
     resp = Response(req.url, headers={"Set-Cookie": "session=t1; Path=/"}, request=req)
-    from scrapy_leased.cookies import snapshot
+    from scrapy_leased.worker.cookies import snapshot
 
     before = snapshot(jar)
     jar.extract_cookies(resp, req)

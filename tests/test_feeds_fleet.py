@@ -1,4 +1,4 @@
-"""Feed exports (FEEDS, ``-o``/``-O``) in a fleet (issue #25, item 5; feedexports.py).
+"""Feed exports (FEEDS, ``-o``/``-O``) in a fleet (issue #25, item 5; worker/feedexports.py).
 
 Real ``scrapy crawl`` workers (tests/project) against a private redis-server and the
 local test site:

@@ -29,8 +29,8 @@ LAYERS: list[set[str]] = [
      "_redis"},
     {"frontier"},
     {"settings", "bootstrap", "codec", "order", "runtime"},
-    {"ratelimit", "upsert", "feed", "fleet", "fromscrapyredis"},
-    {"worker", "middleware", "cookies", "feedexports", "observe", "logstats", "fleetspidermon"},
+    {"ratelimit", "upsert", "feed", "fleet"},
+    {"worker", "observe"},
     {"addon", "commands", "__init__"},
 ]
 

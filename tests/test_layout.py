@@ -17,7 +17,7 @@ def test_the_documented_class_paths_load():
 
     for path in ("scrapy_leased.Addon", "scrapy_leased.LeasedScheduler",
                  "scrapy_leased.LeasedDupeFilter", "scrapy_leased.LeasedFailureMiddleware",
-                 "scrapy_leased.claim_token", "scrapy_leased.logstats.LeasedLogStats",
+                 "scrapy_leased.claim_token", "scrapy_leased.observe.logstats.LeasedLogStats",
                  "scrapy_leased.ratelimit.LeasedRateMiddleware",
                  "scrapy_leased.worker.seeding.LeasedStartMiddleware",
                  "scrapy_leased.upsert.UpsertPipeline",

@@ -1,4 +1,4 @@
-"""The fleet line in each worker's log (``scrapy_leased.logstats.LeasedLogStats``),
+"""The fleet line in each worker's log (``scrapy_leased.observe.logstats.LeasedLogStats``),
 from real ``scrapy crawl`` workers against a real redis-server."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from scrapy_leased.frontier.keys import CrawlKeys
 
-FLEET = re.compile(r"\[scrapy_leased\.logstats\] INFO: Fleet (?P<crawl>\S+): (?P<rate>[\d,]+) "
+FLEET = re.compile(r"\[scrapy_leased\.observe\.logstats\] INFO: Fleet (?P<crawl>\S+): (?P<rate>[\d,]+) "
                    r"pages/min, todo (?P<todo>[\d,]+), in flight (?P<inflight>[\d,]+), done "
                    r"(?P<done>[\d,]+), dead (?P<dead>[\d,]+), workers (?P<workers>\d+)$", re.M)
 
@@ -29,7 +29,7 @@ def test_each_worker_logs_the_fleet_line(redis_server, make_site_process, start_
         assert w.wait(120) == 0, w.log_tail(60)
         assert w.close_reason() == "finished"
         text = w.log_text()
-        assert "scrapy_leased.logstats.LeasedLogStats" in text  # enabled by the add-on
+        assert "scrapy_leased.observe.logstats.LeasedLogStats" in text  # enabled by the add-on
         lines = [m.groupdict() for m in FLEET.finditer(text)]
         assert len(lines) >= 2, text[-3000:]
         assert {line["crawl"] for line in lines} == {crawl_id}

@@ -33,5 +33,5 @@ LEASED_RATE_BURST = 10
 # after LEASED_MAX_ATTEMPTS (4). See them with `scrapy leased dead`.
 LEASED_FAIL_HTTP_CODES = [500]
 
-# The fleet line in each worker's log (scrapy_leased.logstats), every 10 s here.
+# The fleet line in each worker's log (scrapy_leased.observe.logstats), every 10 s here.
 LEASED_LOGSTATS_INTERVAL = 10

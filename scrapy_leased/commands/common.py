@@ -30,7 +30,7 @@ SUBCOMMANDS = ("status", "dead", "seed", "forget", "reset", "pause", "resume", "
                "metrics", "dashboard", "embedded", "from-scrapy-redis")
 
 
-FROM_SR = "from-scrapy-redis"  # fromscrapyredis.py: a scrapy-redis crawl moved into this one
+FROM_SR = "from-scrapy-redis"  # feed/fromscrapyredis.py: a scrapy-redis crawl moved into this one
 
 
 #: ``scrapy leased embedded ACTION``: the project's embedded Redis server itself

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 async def _scrapy_redis_hint(client: Any, crawl: str, settings: Settings,
                              exists: bool) -> str | None:
     """The warning that the crawl's spider (named as the crawl) has scrapy-redis state
-    in this Redis (fromscrapyredis.py), or None."""
-    from .. import fromscrapyredis
+    in this Redis (feed/fromscrapyredis.py), or None."""
+    from ..feed import fromscrapyredis
 
     try:
         found = await fromscrapyredis.find(client, fromscrapyredis.SourceKeys.of(crawl, settings))
@@ -49,7 +49,7 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
     the crawl has it; its dupefilter is left alone (its fingerprints are not Scrapy's)."""
     from scrapy.spiderloader import get_spider_loader
 
-    from .. import fromscrapyredis as fsr
+    from ..feed import fromscrapyredis as fsr
 
     try:
         spidercls = get_spider_loader(settings).load(spider)
@@ -127,7 +127,7 @@ async def _checked_sources(client: Any, source: Any, settings: Settings, config:
     """The scrapy-redis queue and start-URL keys with their types, and how to pack a
     batch of each; every entry read and checked before anything is written (a batch at
     a time), else CommandError (nothing done)."""
-    from .. import fromscrapyredis as fsr
+    from ..feed import fromscrapyredis as fsr
     from ..feed.packer import RequestPacker
 
     packer = RequestPacker.from_settings(settings, config)
@@ -157,7 +157,7 @@ async def _move_source(client: Any, admin: FleetAdmin, config: LeasedConfig, cra
                        pack: Callable[[str, list[bytes]], list[NewRequest]]) -> None:
     """Move the entries of one scrapy-redis key (``what``: key, its type, what an entry
     is) into the crawl, a batch at a time: pushed, then removed from the key."""
-    from .. import fromscrapyredis as fsr
+    from ..feed import fromscrapyredis as fsr
 
     key, kind, noun = what
     moved = new = 0

@@ -8,7 +8,7 @@ one Lua script in ``lua/`` (``requeue_dead.lua``, ``purge_dead.lua``) or goes th
 ``diagnose`` (diagnose.py) turns two snapshots into warnings.
 
 Used by ``scrapy leased`` (``commands/``), the workers' fleet log line
-(``scrapy_leased/logstats.py``) and the observers (``observe/``). Everything
+(``scrapy_leased/observe/logstats.py``) and the observers (``observe/``). Everything
 here is asynchronous (redis.asyncio), like ``Frontier``; it knows nothing of Scrapy.
 """
 

@@ -1,4 +1,4 @@
-"""The fleet line each worker logs (``scrapy_leased.logstats.LeasedLogStats``):
+"""The fleet line each worker logs (``scrapy_leased.observe.logstats.LeasedLogStats``):
 
     Fleet pages: 2,340 pages/min, todo 1,020, in flight 47, done 3,400, dead 0, workers 3
 """

@@ -49,7 +49,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "run_leave": ("lib_time",),
     "run_flush": ("lib_time", "lib_keys"),  # run.py: LEASED_FLUSH_ON_START
     "worker_enter": ("lib_time",),  # workerid.py: a starting worker's id, unless in use
-    "exports_enter": ("lib_time",),  # feedexports.py: its feed files, unless in use
+    "exports_enter": ("lib_time",),  # worker/feedexports.py: its feed files, unless in use
     "control": ("lib_time",),  # fleet/admin.py (scrapy leased pause, resume, stop)
     "cookies_set": ("lib_time",),  # cookies.py: the fleet's cookie jars
     "throttle_share": ("lib_time",),  # _throttleshare.py: AutoThrottle's delays

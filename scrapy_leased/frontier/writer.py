@@ -17,7 +17,7 @@ changes (a worker killed meanwhile returns those claims through their leases, as
 claim not acked yet).
 
 Before each send of a batch that acks claims, ``before_acks`` (when set) is awaited: the
-scheduler flushes the feed files there (feedexports.py), so that the items of an acked
+scheduler flushes the feed files there (worker/feedexports.py), so that the items of an acked
 page are in the operating system before Redis hears of the ack.
 
 An unexpected exception while a batch is sent (a bug: not a RedisError or OSError) does
@@ -92,7 +92,7 @@ class CommitWriter:
         #: unchanged with it.
         self.stats_delta: Callable[[], list[Any]] | None = None
         #: Awaited before each send of a batch that acks claims (its retries too): the
-        #: feed files are flushed (feedexports.py), so that what the items of an acked
+        #: feed files are flushed (worker/feedexports.py), so that what the items of an acked
         #: page wrote survives a kill -9. An exception stops the writer, as a bug does.
         self.before_acks: Callable[[], Awaitable[None]] | None = None
 

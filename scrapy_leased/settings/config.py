@@ -91,7 +91,7 @@ class LeasedConfig:
     budgets: Budgets  # LEASED_RATE*
     upsert: UpsertConfig  # LEASED_UPSERT_*
     #: LEASED_FEED_FSYNC: fsync the feed files before each commit that acks pages
-    #: (feedexports.py); they are flushed to the operating system either way
+    #: (worker/feedexports.py); they are flushed to the operating system either way
     feed_fsync: bool = False
 
     @classmethod

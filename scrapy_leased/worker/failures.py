@@ -13,7 +13,7 @@ from twisted.python.failure import Failure as TwistedFailure
 
 from .. import signals as leased_signals
 from ..meta import claim_token
-from ..middleware import describe
+from .middleware import describe
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

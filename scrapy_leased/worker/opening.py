@@ -22,7 +22,6 @@ from .._supervise import supervise
 from ..bootstrap import connect_crawl
 from ..feed.drain import FeedDrainer
 from ..feed.packer import RequestPacker
-from ..feedexports import ExportFiles, FeedCollisionError, claim_paths, feed_exporter, local_feeds
 from ..frontier import STOPPING, CrawlKeys, Frontier
 from ..frontier.run import SEED, RunMarker
 from ..frontier.workerid import enter
@@ -30,6 +29,7 @@ from ..frontier.writer import LINGER_SECONDS, CommitWriter
 from ..runtime import attach
 from ._leasekeeper import Kick, LeaseKeeper
 from ._throttleshare import ThrottleShare, autothrottle
+from .feedexports import ExportFiles, FeedCollisionError, claim_paths, feed_exporter, local_feeds
 
 if TYPE_CHECKING:
     from .scheduler import LeasedScheduler
@@ -183,8 +183,8 @@ class Opening:
 
     async def scrapy_redis_hint(self, client: Any, keys: CrawlKeys, spider: Spider) -> None:
         """A WARNING when the spider has scrapy-redis state in this Redis (a queue, start
-        URLs, a dupefilter: fromscrapyredis.py), which this crawl does not read."""
-        from .. import fromscrapyredis
+        URLs, a dupefilter: feed/fromscrapyredis.py), which this crawl does not read."""
+        from ..feed import fromscrapyredis
 
         try:
             found = await fromscrapyredis.find(
@@ -214,7 +214,7 @@ class Opening:
                                                     "worker": self.w.worker_id})
 
     async def claim_exports(self, spider: Spider) -> None:
-        """The feed exports (feedexports.py): this worker's local feed files recorded in
+        """The feed exports (worker/feedexports.py): this worker's local feed files recorded in
         its registry entry, or one error at open when a live worker of the crawl on this
         host writes one of them; the feed files flushed before each commit that acks."""
         assert self.w.frontier is not None and self.w.writer is not None

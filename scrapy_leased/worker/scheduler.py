@@ -125,7 +125,7 @@ class LeasedScheduler(BaseScheduler):
         #: The background task that stopped this worker on an unexpected exception
         self.failed_task: str | None = None
         self._bug_task: asyncio.Future[None] | None = None
-        #: The local feed files this worker writes (feedexports.py), in its registry entry
+        #: The local feed files this worker writes (worker/feedexports.py), in its registry entry
         self.exports: list[str] = []
         # the parts
         self.engine = EngineHooks(crawler)

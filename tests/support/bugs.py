@@ -38,7 +38,7 @@ class InjectedBug(RuntimeError):
 def _targets() -> dict[str, tuple[Any, str]]:
     from scrapy_leased.fleet.stats import StatsFlusher
     from scrapy_leased.frontier.machine import Frontier
-    from scrapy_leased.logstats import LeasedLogStats
+    from scrapy_leased.observe.logstats import LeasedLogStats
     from scrapy_leased.ratelimit.middleware import LeasedRateMiddleware
     from scrapy_leased.upsert.pipeline import UpsertPipeline
     from scrapy_leased.worker.claimloop import ClaimLoop

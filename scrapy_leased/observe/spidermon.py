@@ -37,9 +37,9 @@ from spidermon.utils.field_coverage import (  # type: ignore[import-untyped]
     calculate_field_coverage,
 )
 
-from .observe.stats import LeasedFleetStats
-from .runtime import worker_of
-from .signals import fleet_closed
+from ..runtime import worker_of
+from ..signals import fleet_closed
+from .stats import LeasedFleetStats
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

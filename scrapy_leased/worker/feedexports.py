@@ -48,11 +48,11 @@ from scrapy.extensions.feedexport import (
 from scrapy.utils.misc import load_object
 from w3lib.url import file_uri_to_path
 
-from ._compat import apply_uri_params
-from .frontier.keys import CrawlKeys
-from .frontier.scripts import as_str, register
-from .runtime import worker_of
-from .settings import config_for
+from .._compat import apply_uri_params
+from ..frontier.keys import CrawlKeys
+from ..frontier.scripts import as_str, register
+from ..runtime import worker_of
+from ..settings import config_for
 
 if TYPE_CHECKING:
     from scrapy import Spider

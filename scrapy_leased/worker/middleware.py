@@ -23,8 +23,8 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
-from . import signals
-from .settings import config_for
+from .. import signals
+from ..settings import config_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -32,11 +32,11 @@ from scrapy import Request, Spider
 from scrapy.settings import Settings
 from scrapy.utils.request import request_from_dict
 
-from .feed.crawl import to_feed_request
-from .feed.format import parse_scrapy_redis_entry
-from .feed.packer import RequestPacker
-from .frontier import NewRequest
-from .meta import shown
+from ..frontier import NewRequest
+from ..meta import shown
+from .crawl import to_feed_request
+from .format import parse_scrapy_redis_entry
+from .packer import RequestPacker
 
 QUEUE_KEY = "%(spider)s:requests"  # scrapy_redis.defaults.SCHEDULER_QUEUE_KEY
 DUPEFILTER_KEY = "%(spider)s:dupefilter"  # SCHEDULER_DUPEFILTER_KEY

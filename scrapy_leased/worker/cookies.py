@@ -40,9 +40,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http.cookies import CookieJar
 from scrapy.utils.python import to_unicode
 
-from .frontier.scripts import as_str, register
-from .runtime import worker_of
-from .settings import config_for
+from ..frontier.scripts import as_str, register
+from ..runtime import worker_of
+from ..settings import config_for
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from typing_extensions import Self
 
-    from .frontier.keys import CrawlKeys
+    from ..frontier.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
 

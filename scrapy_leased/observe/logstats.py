@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 from scrapy import Spider, signals
 from scrapy.exceptions import NotConfigured
 
-from ._supervise import supervise
-from .fleet import FleetAdmin, Snapshot, diagnose
-from .fleet.logline import FLEET_LINE, fleet_line_args
-from .runtime import crawl_stopper, worker_of
-from .settings import config_for
+from .._supervise import supervise
+from ..fleet import FleetAdmin, Snapshot, diagnose
+from ..fleet.logline import FLEET_LINE, fleet_line_args
+from ..runtime import crawl_stopper, worker_of
+from ..settings import config_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
