@@ -3,8 +3,8 @@
     python benchmarks/bench_e2e.py --mode plain|scrapy_redis|leased [--workers 2]
                                    [--pages 5000]
 
-One run: a fresh test site (``example_project/testsite.py`` as a subprocess, with
-TCP_NODELAY: see ``site_nodelay.py``; every request logged), an emptied private redis-server with
+One run: a fresh test site (``scrapy_leased/testing/site.py`` as a subprocess, with
+TCP_NODELAY: see its ``--nodelay``; every request logged), an emptied private redis-server with
 its statistics reset (``FLUSHALL``, ``CONFIG RESETSTAT``), then ``--workers``
 ``scrapy crawl site`` processes of ``benchmarks/project`` started at once, each left to
 end by itself. ``benchmarks/run_all.py`` calls :func:`run` and repeats it.
@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
-from site_nodelay import BenchSite  # noqa: E402
+from scrapy_leased.testing.process import SiteProcess  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 PROJECT = REPO_ROOT / "benchmarks" / "project"
@@ -222,14 +222,14 @@ def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir:
     ``plain`` with several workers is a control: that many independent plain Scrapy
     crawls at once, each of its own copy of the site (nothing shared).
     ``make_site(log_path)`` returns a started site (default: the test site of
-    ``pages`` pages, ``BenchSite``); ``settings`` are passed to every worker with -s."""
+    ``pages`` pages, ``SiteProcess``); ``settings`` are passed to every worker with -s."""
     run_id = uuid.uuid4().hex[:8]
     rundir = workdir / f"{mode}-{workers}-{run_id}"
     rundir.mkdir(parents=True)
     nsites = workers if mode == "plain" else 1
     if make_site is None:
         def make_site(log_path: Path) -> Any:
-            return BenchSite(pages=pages, log_path=log_path, nodelay=nodelay).start()
+            return SiteProcess(pages=pages, log_path=log_path, nodelay=nodelay).start()
     sites = []
     client = None
     try:

@@ -4,7 +4,8 @@
         [--reps 3] [--setups plain:1,leased_defaults:1,leased_defaults:1:LEASED_PREFETCH=16]
 
 One run is ``bench_e2e.run`` (the same benchmark project, spider and measurements as
-the CPU-bound case) against ``site_latency.LatencySite`` instead of the test site:
+the CPU-bound case) against the test site with a latency profile (``--profile`` of
+``scrapy_leased/testing/site.py``, :mod:`scrapy_leased.testing.latency`):
 each page answers after the delay of its profile (``fixed100``: 100 ms; ``spread``:
 20-150 ms on 6 hosts, 200-500 ms on 2 slow ones), on several hosts (127.0.0.x, one
 download slot and one lane each), ``CONCURRENT_REQUESTS`` 16 and
@@ -44,7 +45,8 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 from bench_e2e import run as e2e_run  # noqa: E402
-from site_latency import LatencySite, profile_summary  # noqa: E402
+from scrapy_leased.testing.latency import profile_summary  # noqa: E402
+from scrapy_leased.testing.process import SiteProcess  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 SAMPLE_S = 0.02  # BenchReport's sampling period
@@ -118,8 +120,9 @@ def run_one(setup: Setup, profile: str, pages: int, redis: RedisServer | None,
     hosts = HOSTS[profile]
     site_pages = pages if setup.mode == "plain" else pages * setup.workers
 
-    def make_site(log_path: Path) -> LatencySite:
-        return LatencySite(site_pages, log_path, hosts=hosts, profile=profile).start()
+    def make_site(log_path: Path) -> SiteProcess:
+        return SiteProcess(site_pages, log_path, ports=hosts, distinct_hosts=True, spread=True,
+                           nodelay=True, profile=profile).start()
 
     settings = {"BENCH_SAMPLE": SAMPLE_S, **setup.settings}
     res = e2e_run(setup.mode, setup.workers, site_pages, redis, workdir,

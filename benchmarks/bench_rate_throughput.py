@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scrapy_leased.testing.site import Site  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
-from tests.support.site import Site  # noqa: E402
 
 
 def main() -> None:

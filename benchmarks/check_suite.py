@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scrapy_leased.testing.process import SiteProcess  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
-from tests.support.site import SiteProcess  # noqa: E402
 
 SUMMARY_RE = re.compile(r"^=*\s*(.*\d+ (?:passed|failed).*?)\s*=*$", re.M)
 

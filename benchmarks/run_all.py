@@ -22,7 +22,7 @@ Sections (``--only`` names; all but ``e2e_defaults`` by default):
 * ``latency``: a latency-bound crawl, every page answering after 100 ms (4 hosts),
   plain Scrapy (and 2 and 4 independent plain crawls) vs scrapy_leased at its defaults
   (1, 2, 4 workers) vs scrapy-redis (1, 2, 4), downloads in flight and claims held
-  (``bench_latency.py``, ``site_latency.py``); ``spread``: the same with delays of
+  (``bench_latency.py``, the site's ``--profile``); ``spread``: the same with delays of
   20-500 ms (8 hosts, 2 of them slow);
 * ``frontier``: the frontier at fleet scale, simulated workers without HTTP against one
   Redis: pages/s, Redis CPU per page, commands and round trips per page, beside the
@@ -395,13 +395,13 @@ def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
          "Scrapy's defaults otherwise (`CONCURRENT_REQUESTS` 16, "
          "`CONCURRENT_REQUESTS_PER_DOMAIN` 8, `ROBOTSTXT_OBEY` off); start: Scrapy's "
          "default `start()` from `start_urls` (one `dont_filter` request per worker). The "
-         "site (`example_project/testsite.py`, a subprocess) links page i to pages "
+         "site (`scrapy_leased/testing/site.py`, a subprocess) links page i to pages "
          "10i+1..10i+10 (those below 5,000) and to two cross links, so 15,000 links lead to "
          "5,000 distinct pages. The control row runs two plain Scrapy crawls at once, each "
          "of its own copy of the site (10,000 pages in all; its pages/s is the sum of "
          "both): what two processes that share nothing reach on this machine, the "
          "ceiling for two workers. "
-         + ("It runs with TCP_NODELAY (`benchmarks/site_nodelay.py`): the stock server writes "
+         + ("It runs with TCP_NODELAY (the site's `--nodelay`): the stock server writes "
             "headers and body in two sends, and on a keep-alive connection Nagle's algorithm "
             "plus the client's delayed ACK made every response wait ~44 ms (measured on one "
             "connection: 44.0 ms p50, 0.39 ms with TCP_NODELAY), which capped every setup "
@@ -515,7 +515,7 @@ LATENCY_TITLES = {"fixed100": "every page answers after 100 ms",
 def section_latency(profile: str, number: str, pages: int, reps: int, redis: RedisServer,
                     raw: dict) -> dict:
     from bench_latency import HOSTS, Setup, run_one, table
-    from site_latency import FAST_MS, SLOW_HOSTS, SLOW_MS, profile_summary
+    from scrapy_leased.testing.latency import FAST_MS, SLOW_HOSTS, SLOW_MS, profile_summary
 
     setups = [Setup(m, w, label=setup_name(m, w)) for m, w in LATENCY_SETUPS]
     hosts = HOSTS[profile]
@@ -559,7 +559,7 @@ def section_latency(profile: str, number: str, pages: int, reps: int, redis: Red
                   f"(log-uniform), of the {SLOW_HOSTS} slow hosts "
                   f"{SLOW_MS[0]:.0f}-{SLOW_MS[1]:.0f} ms (uniform), "
                   f"{100 * prof['slow_share']:.0f} % of the pages on slow hosts")
-    emit(f"The site (`benchmarks/site_latency.py`, a subprocess): the test site's pages and "
+    emit(f"The site (`scrapy_leased/testing/site.py --profile {profile}`, a subprocess): the test site's pages and "
          f"links spread over {hosts} hosts (127.0.0.1-{hosts}: one download slot and one lane "
          f"each; page j on host j % {hosts}, absolute links), each page answered after a "
          f"fixed delay of its own ({delays}; mean {1000 * prof['mean_s']:.0f} ms), by a thread "

@@ -3,7 +3,7 @@
 
     python example_project/demo.py            # 5,000 pages, 3 workers, one kill -9
 
-1. Starts the bundled test site (testsite.py: 5,000 pages, spread over 3 hosts
+1. Starts the test site (scrapy_leased.testing.site: 5,000 pages, spread over 3 hosts
    127.0.0.1-3 on Linux; every request logged with its time and User-Agent).
 2. Starts three `scrapy crawl pages` workers of this project, each with its own
    User-Agent, on one crawl in Redis (LEASED_REDIS_URL, else the embedded Redis).
@@ -56,9 +56,7 @@ from scrapy_leased._redis.embedded import (  # noqa: E402
     stop_embedded_redis,
 )
 from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
-
-sys.path.insert(0, str(HERE))
-from testsite import SiteProcess, read_log  # noqa: E402
+from scrapy_leased.testing.process import SiteProcess, read_log  # noqa: E402
 
 RENEW_SECONDS = 1.0  # LEASED_RENEW_INTERVAL of the workers (heartbeat)
 POLL_SECONDS = 0.2  # how often the driver reads Redis

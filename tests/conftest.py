@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from scrapy_leased.testing.process import SiteProcess
+from scrapy_leased.testing.site import Site
 from tests.support.redis_server import RedisServer
-from tests.support.site import Site, SiteProcess
 from tests.support.workers import WorkerFactory
 
 # Scrapy's CookiesMiddleware splits domains with tldextract, which fetches the Public

@@ -295,10 +295,10 @@ def test_the_compose_worker_command_crawls_with_a_real_redis(
 
 
 def test_the_site_service_command_serves_the_site(tmp_path: Path) -> None:
-    """The site service's command (testsite.py), bound to 127.0.0.1 on a free port
+    """The site service's command (the test site of scrapy_leased.testing), bound to 127.0.0.1 on a free port
     instead of the container's 0.0.0.0:8000, starts and serves its pages."""
     command = list(load_compose()["services"]["site"]["command"])
-    assert command[:2] == ["python", "testsite.py"]
+    assert command[:3] == ["python", "-m", "scrapy_leased.testing.site"]
     for flag, value in (("--host", "127.0.0.1"), ("--port", "0")):
         command[command.index(flag) + 1] = value
     cwd = _project_dir(load_compose()["services"]["site"]["working_dir"])

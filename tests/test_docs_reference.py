@@ -181,8 +181,11 @@ def code_subcommands() -> set[str]:
 
 
 def code_options() -> set[str]:
-    """Long options the package's commands add (``add_argument("--redis-url", ...)``)."""
-    return {a.value for _, tree in _modules() for c in ast.walk(tree)
+    """Long options the package's commands add (``add_argument("--redis-url", ...)``);
+    the test site's (``python -m scrapy_leased.testing.site``) are not a command's."""
+    testing = PACKAGE / "testing"
+    return {a.value for path, tree in _modules() if testing not in path.parents
+            for c in ast.walk(tree)
             if isinstance(c, ast.Call) and _name(c.func) == "add_argument"
             for a in c.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
 

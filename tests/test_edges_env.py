@@ -44,7 +44,7 @@ from scrapy_leased.frontier.workerid import (
     enter,
     new_worker_id,
 )
-from tests.support.site import Site
+from scrapy_leased.testing.site import Site
 from tests.support.workers import PROJECT_DIR, REPO_ROOT, Worker, WorkerFactory, wait_for
 
 ROUNDS, AT_ONCE, PAGES = 10, 6, 12

@@ -29,8 +29,8 @@ from scrapy.utils.request import RequestFingerprinter
 from scrapy_leased.frontier import Envelope
 from scrapy_leased.frontier.fingerprints import split_fingerprint
 from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.testing.pages import page_links
 from tests.support.queue import CRAWL_TIERS, pipe_queue, queue_len, queue_of, queued_envelopes
-from tests.support.site import page_links
 
 LANE = "127.0.0.1"  # the lane (host) of every request to the test site
 

@@ -265,7 +265,7 @@ def test_queries_are_promql_limited_to_the_chosen_crawls():
 def exported(redis_server, tmp_path_factory) -> dict[str, Any]:
     """sample name -> (family, label names) of a real exporter's output, over a crawl
     that has a finished part (fleet stats) and seeds still queued (per-host series)."""
-    from tests.support.site import Site
+    from scrapy_leased.testing.site import Site
     from tests.support.workers import WorkerFactory
 
     crawl_id = f"t-grafana-{uuid.uuid4().hex[:8]}"

@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "scrapy_leased"
 #: <- {worker, observe} <- {addon, commands}``, with the leaf helpers at the bottom
 LAYERS: list[set[str]] = [
     {"_version", "_compat", "_cancel", "_supervise", "_command", "meta", "signals", "exceptions",
-     "_redis"},
+     "_redis", "testing"},
     {"frontier"},
     {"settings", "bootstrap", "codec", "order", "runtime"},
     {"ratelimit", "upsert", "feed", "fleet"},

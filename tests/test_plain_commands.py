@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.site import page_html
+from scrapy_leased.testing.pages import page_html
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "tests" / "project"

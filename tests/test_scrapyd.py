@@ -40,8 +40,8 @@ import pytest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.settings import LeasedConfig, in_scrapyd_job
 from scrapy_leased.settings.defaults import SCRAPYD_RUN_GRACE_SECONDS
+from scrapy_leased.testing.site import Site
 from tests.support.redis_server import free_port
-from tests.support.site import Site
 from tests.support.workers import PROJECT_DIR, REPO_ROOT, WorkerFactory, wait_for
 
 PAGES = 30

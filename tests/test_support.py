@@ -18,8 +18,10 @@ from collections import Counter
 import pytest
 import redis
 
+from scrapy_leased.testing.pages import page_links
+from scrapy_leased.testing.process import read_log
 from tests.support.redis_server import RedisServer
-from tests.support.site import REPO_ROOT, page_links, read_log
+from tests.support.workers import REPO_ROOT
 
 
 def fetch(url: str, headers: dict | None = None, timeout: float = 10) -> tuple[int, str]:
@@ -136,7 +138,7 @@ def test_site_subprocess(make_site_process, tmp_path):
 
 
 def test_site_cli_help():
-    r = subprocess.run([sys.executable, "-m", "tests.support.site", "--help"],
+    r = subprocess.run([sys.executable, "-m", "scrapy_leased.testing.site", "--help"],
                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "--pages" in r.stdout
 

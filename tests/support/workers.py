@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from scrapy_leased.testing.process import read_log
+
 from .redis_server import _pdeathsig_preexec
-from .site import read_log
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_DIR = REPO_ROOT / "tests" / "project"

@@ -6,7 +6,7 @@
 Plain Python (no pytest): .ci/run runs it in a virtualenv with the oldest Scrapy and
 redis-py that pyproject.toml allows, and in the main one (the newest). It starts a
 private redis-server on a free port (tests/support/redis_server.py) and the local test
-site (tests/support/site.py), then two ``scrapy crawl site`` workers of
+site (scrapy_leased/testing/site.py), then two ``scrapy crawl site`` workers of
 tests/project (tests/support/workers.py). The second one sits on some of its claims
 (their callbacks sleep) until it is killed with SIGKILL; a replacement is started, and the crawl
 must end with every page done once in Redis and fetched, no dead letter, no lease or
@@ -37,8 +37,8 @@ import redis  # noqa: E402
 import scrapy  # noqa: E402
 
 from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
+from scrapy_leased.testing.site import Site  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
-from tests.support.site import Site  # noqa: E402
 from tests.support.workers import WorkerFactory, wait_for  # noqa: E402
 
 LEASE = 2.0

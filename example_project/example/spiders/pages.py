@@ -1,4 +1,4 @@
-"""Crawls the bundled test site (example_project/testsite.py) by following every link."""
+"""Crawls the test site (scrapy_leased/testing/site.py) by following every link."""
 
 import scrapy
 
@@ -14,7 +14,8 @@ class PagesSpider(scrapy.Spider):
         super().__init__(*args, **kwargs)
         if not site:
             raise ValueError("spider 'pages' needs -a site=URL: start the test site with "
-                             "`python testsite.py --pages 5000` and pass the URL it prints")
+                             "`python -m scrapy_leased.testing.site --pages 5000` and pass "
+                             "the URL it prints")
         self.start_urls = [site.rstrip("/") + "/p/0"]
 
     async def parse(self, response):

@@ -2,7 +2,7 @@ import scrapy
 
 
 class SiteSpider(scrapy.Spider):
-    """Follows every link of the local test site (example_project/testsite.py) and
+    """Follows every link of the local test site (scrapy_leased/testing/site.py) and
     yields one small item per page, like tests/project's ``site`` spider.
     ``-a start_url=URL``; Scrapy's default ``start()`` (a ``dont_filter`` request)."""
 

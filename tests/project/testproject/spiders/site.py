@@ -5,7 +5,7 @@ import scrapy
 
 
 class SiteSpider(scrapy.Spider):
-    """Crawls the test site (tests/support/site.py) by following every link.
+    """Crawls the test site (scrapy_leased/testing/site.py) by following every link.
 
     Spider args (all optional except start_url):
 

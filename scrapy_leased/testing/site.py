@@ -1,15 +1,13 @@
-"""A deterministic local test website, for the example project and the tests.
+"""A deterministic local test website, for the tests, the example project and the benchmarks.
 
-The single implementation of the site: ``tests/support/site.py`` imports it from
-here. Standard library only, so it runs anywhere Python 3 does.
+Standard library only, so it runs anywhere Python 3 does. Runs in-process (one
+background thread per listening port) or as a subprocess::
 
-Runs in-process (one background thread per listening port) or as a
-subprocess::
-
-    python example_project/testsite.py --pages 5000 --port 0 --log /tmp/site.jsonl
+    python -m scrapy_leased.testing.site --pages 5000 --port 0 --log /tmp/site.jsonl
 
 The subprocess prints one JSON line ``{"urls": [...], "pid": ...}`` on stdout
-once it is listening (see :class:`SiteProcess`), then serves until killed.
+once it is listening (:class:`scrapy_leased.testing.process.SiteProcess` runs it), then
+serves until killed.
 
 Routes (any query string is accepted and ignored unless documented):
 
@@ -23,27 +21,29 @@ Routes (any query string is accepted and ignored unless documented):
                       of that key (default 1), then 200.
 anything else         404.
 
-Page i has ``<title>page {i}</title>`` and links (relative, ``/p/{j}``) to its
-children ``i*10+1 .. i*10+10`` (those < pages, so every page is reachable from
-``/p/0`` as a tree) plus the cross links ``(i+1) % pages`` and
-``(i*7+3) % pages`` (so duplicates are discovered), except that nothing links
-to page 0 (the start page; a dont_filter start request would otherwise be
-fetched twice).  See :func:`page_links`.
+The pages and their links: :mod:`scrapy_leased.testing.pages`.
 
 With several listeners and ``spread=True`` (``--spread``), the pages are split
 between them: page j lives on listener ``j % ports``, and every link is absolute,
 to the listener of its target, so one crawl from ``/p/0`` of the first listener
 visits each of the N pages once, spread over several hosts (use distinct hosts,
 127.0.0.1, 127.0.0.2, ..., for one download slot and one rate budget per host).
-``delay`` (``--delay``) makes every ``/p/`` page take that many seconds.
+``delay`` (``--delay``) makes every ``/p/`` page take that many seconds; ``profile``
+(``--profile``) adds each page's delay of a latency profile
+(:mod:`scrapy_leased.testing.latency`).
 ``redirect`` (``--redirect``) makes every page link point to ``/redirect/{j}`` instead of
 ``/p/{j}``: each page is reached through one 302 (which takes ``delay`` too).
+``nodelay`` (``--nodelay``) sets TCP_NODELAY on the connections: the server writes a
+response's headers and its body in two ``send()`` calls, and on a keep-alive connection
+Nagle's algorithm holds the body until the client ACKs the headers, which the client
+delays (~40 ms a request; the benchmarks measure the crawler, not that).
 
 Every request is logged as a dict::
 
-    {"t": time.time(), "method": "GET", "path": "/p/3?x=1", "host": "<Host header>",
-     "user_agent": "<User-Agent header>", "port": <server port>,
-     "server_host": "<bind address>", "status": 200}
+    {"t": time.time(), "t0": <time.time() when the request was read>, "method": "GET",
+     "path": "/p/3?x=1", "host": "<Host header>", "user_agent": "<User-Agent header>",
+     "port": <server port>, "server_host": "<bind address>", "status": 200,
+     "client_port": <the client's port: one per TCP connection>}
 
 and, for a POST, ``"body"``: the request's body as text.
 
@@ -58,54 +58,28 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterable
+from socketserver import BaseServer
+from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
-SCRIPT = Path(__file__).resolve()
+from .latency import PROFILES, check_profile
+from .latency import page_delay as profile_delay
+from .pages import page_html
 
-N_CHILDREN = 10
 HOLD_TIMEOUT = 300.0  # the longest a held page waits for Site.release()
+NOT_FOUND = b"<html><head><title>not found</title></head><body>not found</body></html>\n"
+Query = dict[str, list[str]]
 
 
-def page_children(i: int, pages: int) -> list[int]:
-    """Tree children of page i: i*10+1 .. i*10+10, those < pages."""
-    return [j for j in range(i * N_CHILDREN + 1, i * N_CHILDREN + N_CHILDREN + 1) if j < pages]
-
-
-def page_cross_links(i: int, pages: int) -> list[int]:
-    """Cross links of page i (may duplicate tree links): (i+1)%N and
-    (i*7+3)%N, except that no page links to page 0: /p/0 is the usual start
-    URL, and start requests are dont_filter=True (never recorded by the
-    dupefilter), so a link back to it would fetch it a second time."""
-    return [j for j in ((i + 1) % pages, (i * 7 + 3) % pages) if j != 0]
-
-
-def page_links(i: int, pages: int) -> list[int]:
-    """All page indexes linked from page i, in document order (may repeat)."""
-    return page_children(i, pages) + page_cross_links(i, pages)
-
-
-def page_html(i: int, pages: int, bases: list[str] | None = None,
-              route: str = "p") -> bytes:
-    """Page i; with ``bases`` (one base URL per listener) links are absolute, page j
-    on ``bases[j % len(bases)]``; ``route``: the links' first path segment (``p``, or
-    ``redirect`` for links through a 302)."""
-    def href(j: int) -> str:
-        return f"{bases[j % len(bases)]}/{route}/{j}" if bases else f"/{route}/{j}"
-
-    links = "\n".join(f'<li><a href="{href(j)}">page {j}</a></li>' for j in page_links(i, pages))
-    return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-        f"<title>page {i}</title></head>\n<body><h1>page {i}</h1>\n"
-        f"<ul>\n{links}\n</ul>\n</body></html>\n"
-    ).encode()
+def _ok(title: str) -> bytes:
+    return f"<html><head><title>{title}</title></head><body>ok</body></html>\n".encode()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -115,11 +89,16 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 60
     server_version = "LeasedTestSite/1.0"
     sys_version = ""
+    #: the routes ``/{name}/{arg}``: the method answering each (False: not found)
+    ROUTES = {"p": "_page", "slow": "_slow", "redirect": "_redirect", "busy": "_busy",
+              "flaky": "_flaky", "status": "_status"}
 
     # set on the subclass made per Site
-    site: "Site"
+    site: Site
+    t0: float | None = None  # when the request was read
+    body: bytes | None = None  # a POST's body
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # we keep our own structured log
 
     def _send(self, status: int, body: bytes, content_type: str = "text/html; charset=utf-8",
@@ -144,69 +123,90 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def _route(self) -> None:
+        self.t0 = time.time()
         split = urlsplit(self.path)
         parts = split.path.strip("/").split("/")
-        pages = self.site.pages
-        if len(parts) == 2 and parts[0] == "p":
-            i = self._page_index(parts[1])
-            if i is not None:
-                if self.site.delay > 0:
-                    time.sleep(self.site.delay)
-                if not self.site.gate.is_set():  # held: until release() (in-process Site)
-                    self.site.gate.wait(HOLD_TIMEOUT)
-                return self._send(200, page_html(i, pages, self.site.link_bases,
-                                                 self.site.link_route))
-        elif len(parts) == 2 and parts[0] == "slow":
-            i = self._page_index(parts[1])
-            if i is not None:
-                try:
-                    seconds = float(parse_qs(split.query).get("s", ["1"])[0])
-                except ValueError:
-                    seconds = 1.0
-                time.sleep(max(0.0, seconds))
-                return self._send(200, page_html(i, pages, self.site.link_bases))
-        elif len(parts) == 2 and parts[0] == "redirect":
-            i = self._page_index(parts[1])
-            if i is not None:
-                if self.site.redirect and self.site.delay > 0:
-                    time.sleep(self.site.delay)
-                return self._send(302, b"", headers={"Location": f"/p/{i}"})
+        query = parse_qs(split.query)
+        if len(parts) == 2 and parts[0] in self.ROUTES:
+            if getattr(self, self.ROUTES[parts[0]])(parts[1], query):
+                return
         elif parts == ["goto"]:
-            to = parse_qs(split.query).get("to", [""])[0]
+            to = query.get("to", [""])[0]
             if to.startswith("/") and not to.startswith("//"):
                 return self._send(302, b"", headers={"Location": to})
-        elif len(parts) == 2 and parts[0] == "busy":
-            # /busy/KEY?after=S&times=N: 429 with Retry-After: S for the first N requests
-            query = parse_qs(split.query)
-            times = int(query.get("times", ["1"])[0])
-            if self.site._hit("busy:" + parts[1]) <= times:
-                after = query.get("after", ["5"])[0]
-                return self._send(429, b"<html><body>slow down</body></html>\n",
-                                  headers={"Retry-After": after})
-            return self._send(200, b"<html><head><title>busy ok</title></head><body>ok</body></html>\n")
-        elif len(parts) == 2 and parts[0] == "flaky":
-            # /flaky/KEY?fail=N: 503 for the first N requests of KEY, then a page
-            fail = int(parse_qs(split.query).get("fail", ["1"])[0])
-            if self.site._hit(parts[1]) <= fail:
-                return self._send(503, b"<html><body>try again</body></html>\n")
-            return self._send(200, b"<html><head><title>flaky ok</title></head><body>ok</body></html>\n")
-        elif len(parts) == 2 and parts[0] == "status":
-            try:
-                code = int(parts[1])
-            except ValueError:
-                code = 0
-            if 100 <= code <= 999:
-                body = f"<html><head><title>status {code}</title></head><body>status {code}</body></html>\n"
-                return self._send(code, body.encode())
-        self._send(404, b"<html><head><title>not found</title></head><body>not found</body></html>\n")
+        self._send(404, NOT_FOUND)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def _page(self, arg: str, query: Query) -> bool:
+        i = self._page_index(arg)
+        if i is None:
+            return False
+        seconds = self.site.page_delay(i)
+        if seconds > 0:
+            time.sleep(seconds)
+        if not self.site.gate.is_set():  # held: until release() (in-process Site)
+            self.site.gate.wait(HOLD_TIMEOUT)
+        self._send(200, page_html(i, self.site.pages, self.site.link_bases, self.site.link_route))
+        return True
+
+    def _slow(self, arg: str, query: Query) -> bool:
+        i = self._page_index(arg)
+        if i is None:
+            return False
+        try:
+            seconds = float(query.get("s", ["1"])[0])
+        except ValueError:
+            seconds = 1.0
+        time.sleep(max(0.0, seconds))
+        self._send(200, page_html(i, self.site.pages, self.site.link_bases))
+        return True
+
+    def _redirect(self, arg: str, query: Query) -> bool:
+        i = self._page_index(arg)
+        if i is None:
+            return False
+        if self.site.redirect and self.site.delay > 0:
+            time.sleep(self.site.delay)
+        self._send(302, b"", headers={"Location": f"/p/{i}"})
+        return True
+
+    def _busy(self, key: str, query: Query) -> bool:
+        """/busy/KEY?after=S&times=N: 429 with Retry-After: S for the first N requests."""
+        times = int(query.get("times", ["1"])[0])
+        if self.site._hit("busy:" + key) <= times:
+            after = query.get("after", ["5"])[0]
+            self._send(429, b"<html><body>slow down</body></html>\n",
+                       headers={"Retry-After": after})
+        else:
+            self._send(200, _ok("busy ok"))
+        return True
+
+    def _flaky(self, key: str, query: Query) -> bool:
+        """/flaky/KEY?fail=N: 503 for the first N requests of KEY, then a page."""
+        fail = int(query.get("fail", ["1"])[0])
+        if self.site._hit(key) <= fail:
+            self._send(503, b"<html><body>try again</body></html>\n")
+        else:
+            self._send(200, _ok("flaky ok"))
+        return True
+
+    def _status(self, arg: str, query: Query) -> bool:
+        try:
+            code = int(arg)
+        except ValueError:
+            return False
+        if not 100 <= code <= 999:
+            return False
+        body = f"<html><head><title>status {code}</title></head><body>status {code}</body></html>\n"
+        self._send(code, body.encode())
+        return True
+
+    def do_GET(self) -> None:
         self._route()
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._route()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.body = self.rfile.read(length) if length else b""
         self._route()
@@ -225,6 +225,13 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+def _address(server: BaseServer) -> tuple[str, int]:
+    """A listener's (bind address, port)."""
+    address = server.server_address
+    assert isinstance(address, tuple)  # an AF_INET listener
+    return str(address[0]), int(address[1])
+
+
 class Site:
     """The test website.  ``Site(pages=500, log_path=None, ports=1).start()``.
 
@@ -238,9 +245,10 @@ class Site:
     ``spread``: split the pages between the listeners, with absolute links (see the
     module docstring).  ``delay``: seconds every ``/p/`` page takes.  ``redirect``:
     page links go through ``/redirect/{j}`` (a 302 to ``/p/{j}``, taking ``delay``
-    too).  :meth:`hold`
-    makes ``/p/`` pages wait until :meth:`release` (at most ``HOLD_TIMEOUT`` seconds), so
-    a test knows a crawl cannot move on, nor end, in between.
+    too).  ``nodelay``: TCP_NODELAY on the connections.  ``profile``: a latency profile's
+    name (:mod:`scrapy_leased.testing.latency`), each page's delay added to ``delay``.
+    :meth:`hold` makes ``/p/`` pages wait until :meth:`release` (at most ``HOLD_TIMEOUT``
+    seconds), so a test knows a crawl cannot move on, nor end, in between.
     """
 
     def __init__(
@@ -254,6 +262,8 @@ class Site:
         spread: bool = False,
         delay: float = 0.0,
         redirect: bool = False,
+        nodelay: bool = False,
+        profile: str | None = None,
     ) -> None:
         if pages < 1:
             raise ValueError("pages must be >= 1")
@@ -271,6 +281,8 @@ class Site:
         self.spread = spread
         self.delay = delay
         self.redirect = redirect
+        self.nodelay = nodelay
+        self.profile = None if profile is None else check_profile(profile)
         self.link_route = "redirect" if redirect else "p"
         self.gate = threading.Event()  # set: pages are answered (hold() clears it)
         self.gate.set()
@@ -278,18 +290,19 @@ class Site:
         self.log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._hits: Counter[str] = Counter()
-        self._logfile = None
+        self._logfile: IO[str] | None = None
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle ---------------------------------------------------------
-    def start(self) -> "Site":
+    def start(self) -> Site:
         if self._servers:
             return self
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._logfile = open(self.log_path, "a", encoding="utf-8", buffering=1)
-        handler = type("Handler", (_Handler,), {"site": self})
+        handler = type("Handler", (_Handler,), {"site": self,
+                                                "disable_nagle_algorithm": self.nodelay})
         try:
             for k, host in enumerate(self.hosts):
                 port = self._first_port if k == 0 else 0
@@ -304,7 +317,7 @@ class Site:
             t = threading.Thread(
                 target=srv.serve_forever,
                 kwargs={"poll_interval": 0.1},
-                name=f"test-site-{srv.server_address[1]}",
+                name=f"test-site-{_address(srv)[1]}",
                 daemon=True,
             )
             t.start()
@@ -335,20 +348,20 @@ class Site:
                 self._logfile.close()
                 self._logfile = None
 
-    def __enter__(self) -> "Site":
+    def __enter__(self) -> Site:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # -- addresses ---------------------------------------------------------
     @property
     def ports(self) -> list[int]:
-        return [srv.server_address[1] for srv in self._servers]
+        return [_address(srv)[1] for srv in self._servers]
 
     @property
     def urls(self) -> list[str]:
-        return [f"http://{srv.server_address[0]}:{srv.server_address[1]}" for srv in self._servers]
+        return ["http://{}:{}".format(*_address(srv)) for srv in self._servers]
 
     @property
     def url(self) -> str:
@@ -362,6 +375,12 @@ class Site:
     def page_url(self, i: int, k: int = 0) -> str:
         return f"{self.urls[k]}/p/{i}"
 
+    def page_delay(self, i: int) -> float:
+        """Seconds page i takes: ``delay``, plus the page's delay in ``profile``."""
+        if self.profile is None:
+            return self.delay
+        return self.delay + profile_delay(self.profile, i, len(self.hosts))
+
     def _hit(self, key: str) -> int:
         """Count one request for ``key``; return the count including this one."""
         with self._lock:
@@ -370,21 +389,21 @@ class Site:
 
     # -- log ---------------------------------------------------------------
     def _record(self, handler: _Handler, status: int) -> None:
-        entry = {
+        entry: dict[str, Any] = {
             "t": time.time(),
+            "t0": handler.t0,
             "method": handler.command,
             "path": handler.path,
             "host": handler.headers.get("Host"),
             "user_agent": handler.headers.get("User-Agent"),
-            "port": handler.server.server_address[1],
-            "server_host": handler.server.server_address[0],
+            "port": _address(handler.server)[1],
+            "server_host": _address(handler.server)[0],
             "status": status,
             # the client's port: one per TCP connection (benchmarks count connections)
             "client_port": handler.client_address[1],
         }
-        body = getattr(handler, "body", None)
-        if body is not None:  # a POST: its body, as text
-            entry["body"] = body.decode("utf-8", "replace")
+        if handler.body is not None:  # a POST: its body, as text
+            entry["body"] = handler.body.decode("utf-8", "replace")
         with self._lock:
             self.log.append(entry)
             if self._logfile is not None:
@@ -396,10 +415,10 @@ class Site:
         with self._lock:
             return list(self.log)
 
-    def count_by_path(self, include_query: bool = True, port: int | None = None) -> Counter:
+    def count_by_path(self, include_query: bool = True, port: int | None = None) -> Counter[str]:
         """Counter of requests per path (with query unless include_query=False),
         optionally only those served on ``port``."""
-        c: Counter = Counter()
+        c: Counter[str] = Counter()
         for e in self.entries():
             if port is not None and e["port"] != port:
                 continue
@@ -415,147 +434,35 @@ class Site:
         return {f"/p/{i}" for i in range(self.pages)}
 
 
-def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Parse a site log file (JSON lines); a torn last line is skipped."""
-    out = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    except FileNotFoundError:
-        pass
-    return out
-
-
-class SiteProcess:
-    """Run the site as a subprocess (``python example_project/testsite.py``), so
-    serving does not compete with the calling process for the GIL.
-
-    ``urls`` / ``url`` are known after :meth:`start`; the log is only in the
-    file (``log_path``, required), read it with :meth:`entries`.
-    """
-
-    def __init__(
-        self,
-        pages: int,
-        log_path: str | os.PathLike[str],
-        ports: int = 1,
-        distinct_hosts: bool = False,
-        port: int = 0,
-        spread: bool = False,
-        delay: float = 0.0,
-    ) -> None:
-        self.pages = pages
-        self.log_path = Path(log_path)
-        self.nports = ports
-        self.distinct_hosts = distinct_hosts
-        self.first_port = port
-        self.spread = spread
-        self.delay = delay
-        self.proc: subprocess.Popen[str] | None = None
-        self.urls: list[str] = []
-
-    #: The script run as the site (benchmarks/bench_site.py runs the same site with TCP_NODELAY).
-    script: Path = SCRIPT
-
-    def start(self, timeout: float = 10.0) -> "SiteProcess":
-        cmd = [
-            sys.executable, str(self.script),
-            "--pages", str(self.pages), "--port", str(self.first_port),
-            "--ports", str(self.nports), "--log", str(self.log_path),
-        ]
-        if self.distinct_hosts:
-            cmd.append("--distinct-hosts")
-        if self.spread:
-            cmd.append("--spread")
-        if self.delay:
-            cmd += ["--delay", str(self.delay)]
-        self.proc = subprocess.Popen(cmd, cwd=str(self.script.parent), stdout=subprocess.PIPE,
-                                     text=True)
-        _register_child(self.proc)
-        result: list[str] = []
-        reader = threading.Thread(target=lambda: result.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(timeout)
-        if not result or not result[0].strip():
-            self.stop()
-            raise RuntimeError(f"test site subprocess did not start within {timeout}s: {cmd}")
-        self.urls = json.loads(result[0])["urls"]
-        return self
-
-    @property
-    def url(self) -> str:
-        return self.urls[0]
-
-    def entries(self) -> list[dict[str, Any]]:
-        return read_log(self.log_path)
-
-    def count_by_path(self, include_query: bool = True) -> Counter:
-        return Counter(
-            e["path"] if include_query else e["path"].split("?", 1)[0] for e in self.entries()
-        )
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        if self.proc is not None and self.proc.stdout:
-            self.proc.stdout.close()
-
-    def __enter__(self) -> "SiteProcess":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-
-_children: list[subprocess.Popen] = []
-
-
-def _register_child(proc: subprocess.Popen) -> None:
-    import atexit
-
-    if not _children:
-        atexit.register(_kill_children)
-    _children.append(proc)
-
-
-def _kill_children() -> None:
-    for p in _children:
-        if p.poll() is None:
-            try:
-                p.kill()
-            except OSError:
-                pass
-
-
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog=prog or "python -m scrapy_leased.testing.site",
+                                 description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--pages", type=int, default=500)
-    ap.add_argument("--port", type=int, default=0, help="port of the first listener (0 = free port)")
+    ap.add_argument("--port", type=int, default=0,
+                    help="port of the first listener (0 = free port)")
     ap.add_argument("--ports", type=int, default=1, help="number of listeners")
-    ap.add_argument("--distinct-hosts", action="store_true", help="bind listener k to 127.0.0.(k+1)")
+    ap.add_argument("--distinct-hosts", action="store_true",
+                    help="bind listener k to 127.0.0.(k+1)")
     ap.add_argument("--host", default=None,
                     help="bind every listener to this address (default 127.0.0.1; 0.0.0.0 in a "
                          "container, for the other containers: deploy/docker-compose.yml)")
     ap.add_argument("--log", default=None, help="append one JSON line per request to this file")
     ap.add_argument("--spread", action="store_true",
-                    help="page j on listener j %% ports, absolute links (one crawl covers all hosts)")
+                    help="page j on listener j %% ports, absolute links "
+                         "(one crawl covers all hosts)")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds each /p/ page takes")
     ap.add_argument("--redirect", action="store_true",
                     help="page links go through /redirect/J (a 302 to /p/J)")
+    ap.add_argument("--nodelay", action="store_true", help="TCP_NODELAY on the connections")
+    ap.add_argument("--profile", choices=PROFILES, default=None,
+                    help="each /p/ page also waits its delay in this latency profile")
     ns = ap.parse_args(argv)
     if ns.host is not None and ns.distinct_hosts:
         ap.error("--host and --distinct-hosts exclude each other")
     site = Site(pages=ns.pages, log_path=ns.log, ports=ns.ports, distinct_hosts=ns.distinct_hosts,
                 hosts=None if ns.host is None else [ns.host] * ns.ports,
-                port=ns.port, spread=ns.spread, delay=ns.delay, redirect=ns.redirect)
+                port=ns.port, spread=ns.spread, delay=ns.delay, redirect=ns.redirect,
+                nodelay=ns.nodelay, profile=ns.profile)
     site.start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
