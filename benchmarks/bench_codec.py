@@ -14,23 +14,20 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import scrapy  # noqa: E402
 from scrapy.utils.request import request_from_dict  # noqa: E402
 
+from benchspider import BenchSpider  # noqa: E402
 from scrapy_leased.codec import decode_request, encode_request  # noqa: E402
 
 
-class BenchSpider(scrapy.Spider):
-    name = "bench"
-
-    def parse_page(self, response):
-        pass
-
-    def parse_item(self, response):
-        pass
+class CodecSpider(BenchSpider):
+    def parse_page(self, response: Any) -> None:
+        """The measured requests' callback."""
 
 
 def to_json(d: dict) -> str:
@@ -46,7 +43,7 @@ def from_json(p: str, spider: scrapy.Spider) -> scrapy.Request:
     return request_from_dict(d, spider=spider)
 
 
-def requests(spider: BenchSpider, n: int) -> list[scrapy.Request]:
+def requests(spider: CodecSpider, n: int) -> list[scrapy.Request]:
     return [scrapy.Request(f"http://example.com/p/{i}", callback=spider.parse_page,
                            meta={"depth": 3}, headers={"Referer": "http://example.com/"})
             for i in range(n)]
@@ -65,7 +62,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20_000)
     n = ap.parse_args().n
-    spider = BenchSpider()
+    spider = CodecSpider()
     reqs = requests(spider, n)
     ours = [encode_request(r, spider) for r in reqs]
     theirs = [to_json(r.to_dict(spider=spider)) for r in reqs]

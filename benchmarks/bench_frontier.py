@@ -67,12 +67,15 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+
+from mdtable import row  # noqa: E402
 
 CRAWL_ID = "fleet"
 SEEN_BITS = 14
@@ -137,36 +140,39 @@ def counted(window: Window, name: str, script: Any) -> Any:
     return call
 
 
+@dataclass(eq=False)
 class SimWorker:
-    def __init__(self, url: str, wid: str, window: Window, latency: tuple[float, float],
-                 hosts: int, pool: list[Any], rng: random.Random) -> None:
+    """One simulated worker of ``url``'s frontier: claims, "downloads" (sleeps its
+    ``latency``), commits; its script calls inside ``window`` are counted."""
+
+    url: str
+    wid: str
+    window: Window
+    latency: tuple[float, float]
+    hosts: int
+    pool: list[Any]
+    rng: random.Random
+    unstarted: list[tuple[int, Any]] = field(default_factory=list)
+    downloading: int = 0
+    held: set[int] = field(default_factory=set)
+    lanes: list[str] = field(default_factory=list)
+    kick: asyncio.Event = field(default_factory=asyncio.Event)
+    n: int = 0
+    stopped: bool = False
+
+    def __post_init__(self) -> None:
         from scrapy_leased._redis.connection import make_client
         from scrapy_leased.frontier import Frontier
         from scrapy_leased.frontier.keys import CrawlKeys
-        from scrapy_leased.frontier.writer import CommitWriter
+        from scrapy_leased.frontier.writer import LINGER_SECONDS, CommitWriter
+        from scrapy_leased.worker._claimsize import ClaimSizer
 
-        self.frontier = Frontier(make_client(url), CrawlKeys(CRAWL_ID), lease_ms=LEASE_MS,
+        self.frontier = Frontier(make_client(self.url), CrawlKeys(CRAWL_ID), lease_ms=LEASE_MS,
                                  max_attempts=4)
         for name, script in list(self.frontier._s.items()):
-            self.frontier._s[name] = counted(window, name, script)
-        from scrapy_leased.worker._claimsize import ClaimSizer
-        from scrapy_leased.frontier.writer import LINGER_SECONDS
-
+            self.frontier._s[name] = counted(self.window, name, script)
         self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS)
         self.sizer = ClaimSizer(CONCURRENCY)
-        self.unstarted: list[tuple[int, Any]] = []
-        self.downloading = 0
-        self.wid = wid
-        self.window = window
-        self.latency = latency
-        self.hosts = hosts
-        self.pool = pool
-        self.rng = rng
-        self.held: set[int] = set()
-        self.lanes: list[str] = []
-        self.kick = asyncio.Event()
-        self.n = 0
-        self.stopped = False
 
     def _on_commit(self, batch: Any, result: Any) -> None:
         if self.window.inside():
@@ -734,14 +740,13 @@ def report(out: dict[str, Any]) -> list[str]:
         calls = " / ".join(f"{bs.get(k, 0):.3f}" for k in ("claim", "commit", "renew"))
         calls += f" / {bs.get('expired', 0) + bs.get('recover', 0):.3f}"
         served = f" ({100 * pp['served_share']:.0f} %)" if pp["served_share"] else ""
-        lines.append(
-            f"| {s['workers']} | {s['procs']} | {s['hosts']} | {lat} | "
-            f"{s['pages_per_s']:,.0f}{served} | "
-            f"{s['redis_cores']:.2f} | {pp['redis_ms_per_1000'] / 1000:.3f} | "
-            f"{pp['pages_per_redis_cpu_s'] or 0:,.0f} | {pp['commands']:.1f} | "
-            f"{pp['sent']:.2f} | {calls} | {pp['claimed_per_claim_call'] or 0:.1f} | "
-            f"{pp['pages_per_commit'] or 0:.1f} | {100 * (pp['dup_share'] or 0):.0f} % | "
-            f"{s['client_cores']:.2f} | {s['others_cores']:.2f} |")
+        lines.append(row(
+            s["workers"], s["procs"], s["hosts"], lat, f"{s['pages_per_s']:,.0f}{served}",
+            f"{s['redis_cores']:.2f}", f"{pp['redis_ms_per_1000'] / 1000:.3f}",
+            f"{pp['pages_per_redis_cpu_s'] or 0:,.0f}", f"{pp['commands']:.1f}",
+            f"{pp['sent']:.2f}", calls, f"{pp['claimed_per_claim_call'] or 0:.1f}",
+            f"{pp['pages_per_commit'] or 0:.1f}", f"{100 * (pp['dup_share'] or 0):.0f} %",
+            f"{s['client_cores']:.2f}", f"{s['others_cores']:.2f}"))
     return lines
 
 

@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 from bench_e2e import run as e2e_run  # noqa: E402
+from mdtable import row  # noqa: E402
 from scrapy_leased.testing.latency import profile_summary  # noqa: E402
 from scrapy_leased.testing.process import SiteProcess  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
@@ -177,15 +178,13 @@ def table(results: dict[str, list[dict]], setups: list[Setup], plain_key: str | 
         umax = [r["probe"]["unstarted_max"] for r in rs
                 if r["probe"].get("unstarted_max") is not None]
         claims = (f"{pm('claims')} / {pm('unstarted')} ({max(umax):.0f})" if umax else "-")
-        lines.append(
-            f"| {s.label} | {s.workers} | {statistics.median(pps):,.0f} "
-            f"({min(pps):,.0f}-{max(pps):,.0f}) | {vs} | {per} | {infl:.1f} | "
-            f"{pm('active')} / {pm('transferring')} | {claims} | "
-            f"{max(r['site_cores'] for r in rs):.2f} | "
-            f"{statistics.median(share(r, ncpu) for r in rs):.0f} % | "
-            f"{max(r['cpu']['others'] / r['wall'] for r in rs):.2f} | "
-            f"{sum(r['site']['duplicates'] for r in rs)} | "
-            f"{sum(r['site']['misses'] for r in rs)} |")
+        lines.append(row(
+            s.label, s.workers, f"{statistics.median(pps):,.0f} ({min(pps):,.0f}-{max(pps):,.0f})",
+            vs, per, f"{infl:.1f}", f"{pm('active')} / {pm('transferring')}", claims,
+            f"{max(r['site_cores'] for r in rs):.2f}",
+            f"{statistics.median(share(r, ncpu) for r in rs):.0f} %",
+            f"{max(r['cpu']['others'] / r['wall'] for r in rs):.2f}",
+            sum(r["site"]["duplicates"] for r in rs), sum(r["site"]["misses"] for r in rs)))
     return lines
 
 

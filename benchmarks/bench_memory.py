@@ -33,7 +33,10 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -115,13 +118,25 @@ def bytes_per_item(r, checkpoints: list[int], fill) -> dict[int, float]:
     return res
 
 
+@contextmanager
+def private_redis(out: dict) -> Iterator[tuple[RedisServer, Any]]:
+    """A redis-server of its own for one measurement, and its client; the server's
+    version goes into ``out`` and its data is flushed once the measurement is done."""
+    srv = RedisServer(appendonly=False).start()
+    try:
+        r = srv.client()
+        yield srv, r
+        out["redis_version"] = r.info("server")["redis_version"]
+        r.flushall()
+    finally:
+        srv.close()
+
+
 def measure(n: int, log=print) -> dict:
     checkpoints = sorted({c for c in (100_000, n) if c <= n})
     spider = BenchSpider()
     out: dict = {"checkpoints": checkpoints}
-    srv = RedisServer(appendonly=False).start()
-    try:
-        r = srv.client()
+    with private_redis(out) as (srv, r):
         keys = CrawlKeys(CRAWL_ID)
         t0 = time.perf_counter()
         fps = fingerprints(n)
@@ -167,10 +182,6 @@ def measure(n: int, log=print) -> dict:
         out["leased_prio_member_example"] = member.decode()
         out["leased_prio_encoding"] = r.object("encoding", keys.lane_tier(LANE, "p1")).decode()
         log(f"  scrapy_leased queue, priority 1: {time.perf_counter() - t0:.0f} s")
-        out["redis_version"] = r.info("server")["redis_version"]
-        r.flushall()
-    finally:
-        srv.close()
     return out
 
 
@@ -193,9 +204,7 @@ def measure_priorities(n: int, log=print) -> dict:
     checkpoints = sorted({c for c in (100_000, n) if c <= n})
     spider = BenchSpider()
     out: dict = {"checkpoints": checkpoints, "priorities": list(PRIORITIES), "cases": {}}
-    srv = RedisServer(appendonly=False).start()
-    try:
-        r = srv.client()
+    with private_redis(out) as (srv, r):
         keys = CrawlKeys(CRAWL_ID)
         # the scripts loaded before the first baseline (FLUSHALL keeps them), so that the
         # first case is not charged their memory (~0.5 MB: 0.5 B per request at 1M)
@@ -208,10 +217,6 @@ def measure_priorities(n: int, log=print) -> dict:
             res = bytes_per_item(r, checkpoints, fill)
             out["cases"][case] = {"bytes": res, "keys": queue_keys_report(r, keys)}
             log(f"  scrapy_leased queue, {case}: {time.perf_counter() - t0:.0f} s")
-        out["redis_version"] = r.info("server")["redis_version"]
-        r.flushall()
-    finally:
-        srv.close()
     return out
 
 

@@ -62,17 +62,9 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future  # n
 from scrapy.utils.misc import load_object  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
+from benchspider import BenchSpider  # noqa: E402
+
 PAGE_LINKS = 10  # requests enqueued between two returns to the event loop
-
-
-class BenchSpider(scrapy.Spider):
-    name = "bench"
-
-    def parse(self, response):
-        pass
-
-    def parse_item(self, response):
-        pass
 
 
 def make_requests(spider: BenchSpider, n: int) -> list[scrapy.Request]:

@@ -76,9 +76,11 @@ def drop_pg(url: str, prefixes: list[str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--items", type=int, default=10_000)
-    ap.add_argument("--concurrency", type=int, default=100)
-    ap.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    ap.add_argument("--items", type=int, default=10_000, help="items stored per run")
+    ap.add_argument("--concurrency", type=int, default=100,
+                    help="items in the pipeline at once (Scrapy's CONCURRENT_ITEMS)")
+    ap.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test",
+                    help="the PostgreSQL to write to (skipped when unreachable)")
     ns = ap.parse_args()
 
     redis = RedisServer(appendonly=False).start()

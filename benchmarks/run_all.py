@@ -102,6 +102,24 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def open_section(title: str) -> None:
+    """A section's heading, then the load average before it runs."""
+    emit(title)
+    emit()
+    emit(f"Load average before: {load()}")
+
+
+def memory_section(title: str, key: str, measure: Callable[..., dict], n: int, raw: dict,
+                   per: str) -> dict:
+    """Open a memory section, measure up to ``n`` (kept as ``raw[key]``), and say what
+    its bytes are: the growth of used_memory ``per`` item."""
+    open_section(title)
+    raw[key] = res = measure(n, log=note)
+    emit()
+    emit("Bytes = growth of `INFO memory` `used_memory` from an emptied server / " + per)
+    return res
+
+
 QUIET = {"enabled": True, "waited": 0.0, "gave_up": 0, "repeated": 0, "kept_disturbed": 0}
 DISTURBED_CORES = 0.3  # a timed run during which other processes used more is run again
 MAX_REPEATS = 3
@@ -224,11 +242,9 @@ def run_scheduler(which: str, n: int, redis: RedisServer) -> dict:
 
 
 def section_scheduler(n: int, reps: int, redis: RedisServer, raw: dict) -> dict:
-    emit(f"## 1. Scheduler alone (no network), {n:,} requests")
-    emit()
+    open_section(f"## 1. Scheduler alone (no network), {n:,} requests")
     order = [w for w, _ in SCHEDULERS] + ["leased_ops"]
     runs: dict[str, list[dict]] = {w: [] for w in order}
-    emit(f"Load average before: {load()}")
     for rep in range(reps):
         for which in rotate(order, rep):
             res = undisturbed(f"scheduler {which}", lambda: run_scheduler(which, n, redis),
@@ -298,15 +314,11 @@ def section_scheduler(n: int, reps: int, redis: RedisServer, raw: dict) -> dict:
 def section_memory(n: int, raw: dict) -> dict:
     from bench_memory import measure
 
-    emit(f"## 2. Redis memory per seen URL and per queued request, up to {n:,} URLs")
-    emit()
-    emit(f"Load average before: {load()}")
-    res = measure(n, log=note)
-    raw["memory"] = res
-    emit()
-    emit("Bytes = growth of `INFO memory` `used_memory` from an emptied server / URLs "
-         "(one run: the figures are deterministic up to the allocator). "
-         "URLs `http://example.com/p/{i}`: plain GETs, one host.")
+    res = memory_section(
+        f"## 2. Redis memory per seen URL and per queued request, up to {n:,} URLs",
+        "memory", measure, n, raw,
+        "URLs (one run: the figures are deterministic up to the allocator). "
+        "URLs `http://example.com/p/{i}`: plain GETs, one host.")
     emit()
     emit("| URLs | seen: scrapy_leased | seen: scrapy-redis | ratio | "
          "queued: scrapy_leased | queued: scrapy-redis | ratio |")
@@ -345,11 +357,9 @@ def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
     from bench_e2e import run
 
     setups = setups or E2E_SETUPS
-    emit(f"## 3. End to end: the local test site, {pages:,} pages")
-    emit()
+    open_section(f"## 3. End to end: the local test site, {pages:,} pages")
     workdir = Path(tempfile.mkdtemp(prefix="leased-e2e-"))
     results: dict[tuple[str, int], list[dict]] = {s: [] for s in setups}
-    emit(f"Load average before: {load()}")
     for rep in range(reps):
         for mode, workers in rotate(setups, rep):
             res = undisturbed(
@@ -520,11 +530,10 @@ def section_latency(profile: str, number: str, pages: int, reps: int, redis: Red
     setups = [Setup(m, w, label=setup_name(m, w)) for m, w in LATENCY_SETUPS]
     hosts = HOSTS[profile]
     prof = profile_summary(profile, pages, hosts)
-    emit(f"## {number}. Latency-bound: {LATENCY_TITLES[profile]} ({pages:,} pages per worker)")
-    emit()
+    open_section(
+        f"## {number}. Latency-bound: {LATENCY_TITLES[profile]} ({pages:,} pages per worker)")
     workdir = Path(tempfile.mkdtemp(prefix="leased-latency-"))
     results: dict[str, list[dict]] = {st.spec: [] for st in setups}
-    emit(f"Load average before: {load()}")
     for rep in range(reps):
         for st in rotate(setups, rep):
             res = undisturbed(f"{profile} {st.spec}",
@@ -559,8 +568,8 @@ def section_latency(profile: str, number: str, pages: int, reps: int, redis: Red
                   f"(log-uniform), of the {SLOW_HOSTS} slow hosts "
                   f"{SLOW_MS[0]:.0f}-{SLOW_MS[1]:.0f} ms (uniform), "
                   f"{100 * prof['slow_share']:.0f} % of the pages on slow hosts")
-    emit(f"The site (`scrapy_leased/testing/site.py --profile {profile}`, a subprocess): the test site's pages and "
-         f"links spread over {hosts} hosts (127.0.0.1-{hosts}: one download slot and one lane "
+    emit(f"The site (`scrapy_leased/testing/site.py --profile {profile}`, a subprocess): "
+         f"the test site's pages and links spread over {hosts} hosts (127.0.0.1-{hosts}: one download slot and one lane "
          f"each; page j on host j % {hosts}, absolute links), each page answered after a "
          f"fixed delay of its own ({delays}; mean {1000 * prof['mean_s']:.0f} ms), by a thread "
          f"that sleeps (no CPU), with TCP_NODELAY. Every setup runs with Scrapy's "
@@ -595,14 +604,12 @@ SERVED_SHARE = 0.9  # the headline fleet: served at least this share of its offe
 def section_frontier(quick: bool, raw: dict) -> dict:
     import bench_frontier as bf
 
-    emit("## 7. The frontier at fleet scale: one Redis, many simulated workers, no HTTP")
-    emit()
+    open_section("## 7. The frontier at fleet scale: one Redis, many simulated workers, no HTTP")
     if quick:
         fleets, window, seeds, busy, one_host = [4, 12], 4.0, 5_000, 3, 4
     else:
         fleets, window, seeds, busy, one_host = [4, 8, 16, 32], 12.0, 20_000, 6, 16
     latency, hosts, procs = (50.0, 150.0), 64, 3
-    emit(f"Load average before: {load()}")
     wait_quiet()
     t0 = time.monotonic()
     out = bf.measure(fleets, procs, latency, hosts, seeds, window, True, busy, one_host,
@@ -714,18 +721,14 @@ def section_frontier(quick: bool, raw: dict) -> dict:
 def section_memory_prio(n: int, raw: dict) -> dict:
     from bench_memory import PRIORITIES, measure_priorities
 
-    emit(f"## 2b. Redis memory per queued request by priority, up to {n:,} requests")
-    emit()
-    emit(f"Load average before: {load()}")
-    res = measure_priorities(n, log=note)
-    raw["memory_prio"] = res
-    emit()
+    res = memory_section(
+        f"## 2b. Redis memory per queued request by priority, up to {n:,} requests",
+        "memory_prio", measure_priorities, n, raw,
+        "queued requests (plain GETs `http://example.com/p/{i}`, one lane, queued through "
+        "`Frontier.enqueue` without dedupe, so no seen set). 8 priorities: "
+        f"{PRIORITIES[0]}..{PRIORITIES[-1]}, request i gets i % {len(PRIORITIES)} "
+        f"({n // len(PRIORITIES):,} each at {n:,}).")
     cps = res["checkpoints"]
-    emit("Bytes = growth of `INFO memory` `used_memory` from an emptied server / queued "
-         "requests (plain GETs `http://example.com/p/{i}`, one lane, queued through "
-         "`Frontier.enqueue` without dedupe, so no seen set). 8 priorities: "
-         f"{PRIORITIES[0]}..{PRIORITIES[-1]}, request i gets i % {len(PRIORITIES)} "
-         f"({n // len(PRIORITIES):,} each at {n:,}).")
     emit()
     emit("| queued requests | " + " | ".join(f"at {cp:,}" for cp in cps)
          + " | the lane's keys at the end (type, encoding, members) |")

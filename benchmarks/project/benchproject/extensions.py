@@ -82,13 +82,15 @@ class BenchReport:
 
     @classmethod
     def from_crawler(cls, crawler):
-        path = crawler.settings.get("BENCH_REPORT")
-        if not path:
-            raise NotConfigured
-        o = cls(crawler, path, crawler.settings.getfloat("BENCH_SAMPLE", 0.0))
-        crawler.signals.connect(o.spider_closed, signal=signals.spider_closed)
+        settings = crawler.settings
+        if not settings.get("BENCH_REPORT"):
+            raise NotConfigured  # not a benchmark's run
+        o = cls(crawler, settings["BENCH_REPORT"], settings.getfloat("BENCH_SAMPLE", 0.0))
+        handlers = {signals.spider_closed: o.spider_closed}
         if o.sample_every > 0:
-            crawler.signals.connect(o.spider_opened, signal=signals.spider_opened)
+            handlers[signals.spider_opened] = o.spider_opened
+        for signal, handler in handlers.items():
+            crawler.signals.connect(handler, signal=signal)
         return o
 
     def spider_opened(self, spider):
