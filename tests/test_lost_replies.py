@@ -11,16 +11,15 @@ does after redis-py gave up; no lease is left that nobody holds.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 
 import pytest
 import redis
 
-from scrapy_leased._redis.connection import make_client
-from scrapy_leased.frontier import NO_BUDGET, NO_LIMITS, Frontier, NewRequest
+from scrapy_leased.frontier import NO_BUDGET, NO_LIMITS, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import script_source
+from tests.support.frontier import run_frontier
 from tests.support.proxy import ProxyProcess
 from tests.support.redis_server import RedisServer
 
@@ -34,14 +33,7 @@ def stats(r: redis.Redis, keys: CrawlKeys) -> dict[str, int]:
 
 
 def run(url: str, crawl_id: str, body):
-    async def main():
-        f = Frontier(make_client(url), CrawlKeys(crawl_id), lease_ms=60_000, max_attempts=3)
-        try:
-            return await body(f)
-        finally:
-            await f.client.aclose()
-
-    return asyncio.run(main())
+    return run_frontier(url, crawl_id, body)
 
 
 @pytest.fixture

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Self
+
 CRLF = b"\r\n"
 
 
@@ -194,31 +196,36 @@ class LossyProxy:
             except Exception:
                 pass
 
-    def _drop(self, words: list[bytes], reply: bytes) -> bool:
+    def _which(self, words: list[bytes], reply: bytes) -> str | None:
+        """The name a reply to this command is counted under if it may be dropped, else
+        None: here an EVALSHA's script SHA (of ``shas``, when given)."""
         if not words or words[0].upper() != b"EVALSHA" or reply[:1] in (b"-", b"!") \
                 or reply.startswith(b"+QUEUED"):
-            return False
+            return None
         sha = words[1].decode() if len(words) > 1 else ""
-        if self.shas is not None and sha not in self.shas:
+        return None if self.shas is not None and sha not in self.shas else sha
+
+    def _drop(self, words: list[bytes], reply: bytes) -> bool:
+        name = self._which(words, reply)
+        if name is None:
             return False
         self.matched += 1
         if self.drops_left <= 0 or self.matched % self.every:
             return False
         self.drops_left -= 1
         self.dropped += 1
-        self.dropped_by_sha[sha] = self.dropped_by_sha.get(sha, 0) + 1
+        self.dropped_by_sha[name] = self.dropped_by_sha.get(name, 0) + 1
         self.write_status()
         return True
 
 
-async def serve(args: argparse.Namespace) -> None:
-    proxy = LossyProxy(("127.0.0.1", args.target_port), args.drops, args.every,
-                       set(args.sha) if args.sha else None,
-                       Path(args.status) if args.status else None)
-    server = await asyncio.start_server(proxy.handle, "127.0.0.1", args.port)
+async def serve(proxy: LossyProxy, port: int = 0) -> None:
+    """Serve ``proxy`` on 127.0.0.1 (``port``, 0: a free one), print its port as one JSON
+    line, and serve until SIGTERM or SIGINT."""
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", port)
     proxy.write_status()
-    port = server.sockets[0].getsockname()[1]
-    print(json.dumps({"port": port, "pid": os.getpid()}), flush=True)
+    print(json.dumps({"port": server.sockets[0].getsockname()[1], "pid": os.getpid()}),
+          flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -228,15 +235,24 @@ async def serve(args: argparse.Namespace) -> None:
     proxy.write_status()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.support.proxy")
+def parser(prog: str, drops: int) -> argparse.ArgumentParser:
+    """The options every proxy takes (``drops``: the default number of replies to drop)."""
+    ap = argparse.ArgumentParser(prog=prog)
     ap.add_argument("--target-port", type=int, required=True)
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--drops", type=int, default=0)
+    ap.add_argument("--drops", type=int, default=drops)
     ap.add_argument("--every", type=int, default=1)
-    ap.add_argument("--sha", action="append", default=[])
     ap.add_argument("--status")
-    asyncio.run(serve(ap.parse_args(argv)))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser("python -m tests.support.proxy", drops=0)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--sha", action="append", default=[])
+    args = ap.parse_args(argv)
+    asyncio.run(serve(LossyProxy(("127.0.0.1", args.target_port), args.drops, args.every,
+                                 set(args.sha) if args.sha else None,
+                                 Path(args.status) if args.status else None), args.port))
     return 0
 
 
@@ -257,18 +273,23 @@ class ProxyProcess:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> ProxyProcess:
+    #: the module run as the proxy subprocess (``python -m MODULE``)
+    MODULE = "tests.support.proxy"
+
+    def extra_args(self) -> list[str]:
+        """The proxy's own options after the common ones."""
+        return [a for sha in self.shas for a in ("--sha", sha)]
+
+    def start(self, timeout: float = 10.0) -> Self:
         from .redis_server import _pdeathsig_preexec
 
         if self.status_path is None:
             import tempfile
 
             self.status_path = Path(tempfile.mkdtemp(prefix="leased-proxy-")) / "status.json"
-        cmd = [sys.executable, "-m", "tests.support.proxy", "--target-port",
+        cmd = [sys.executable, "-m", self.MODULE, "--target-port",
                str(self.target_port), "--drops", str(self.drops), "--every", str(self.every),
-               "--status", str(self.status_path)]
-        for sha in self.shas:
-            cmd += ["--sha", sha]
+               "--status", str(self.status_path), *self.extra_args()]
         root = Path(__file__).resolve().parents[2]
         self.proc = subprocess.Popen(cmd, cwd=str(root), stdout=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, preexec_fn=_pdeathsig_preexec())

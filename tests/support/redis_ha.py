@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from typing_extensions import Self
 
 from .redis_server import RedisServer, _PortInUse, find_redis_server, free_port
 
@@ -147,7 +148,7 @@ class SentinelGroup:
         self.servers: list[RedisServer] = []  # data nodes: the first master, then replicas
         self.sentinels: list[SentinelServer] = []
 
-    def start(self, timeout: float = 30) -> SentinelGroup:
+    def start(self, timeout: float = 30) -> Self:
         try:
             master = RedisServer(appendonly=self.appendonly, password=self.password,
                                  extra_config=dict(FAST_REPL)).start()
@@ -254,6 +255,12 @@ class SentinelGroup:
         for srv in self.sentinels + self.servers:
             srv.close()
 
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 # --------------------------------------------------------------------------- Cluster
 
@@ -307,10 +314,14 @@ class RedisCluster:
         self.nodes: list[ClusterNodeServer] = []
         self.cli = find_redis_cli()
 
-    def start(self, timeout: float = 60) -> RedisCluster:
+    def new_node(self) -> ClusterNodeServer:
+        """A node of this cluster, not started."""
+        return ClusterNodeServer(self.node_timeout_ms, self.password)
+
+    def start(self, timeout: float = 60) -> Self:
         try:
             for _ in range(self.n_masters * (1 + self.n_replicas)):
-                self.nodes.append(ClusterNodeServer(self.node_timeout_ms, self.password).start())
+                self.nodes.append(self.new_node().start())
             cmd = [self.cli, "--cluster", "create", *(n.address for n in self.nodes),
                    "--cluster-replicas", str(self.n_replicas), "--cluster-yes"]
             env = dict(os.environ)
@@ -490,3 +501,43 @@ class RedisCluster:
     def close(self) -> None:
         for n in self.nodes:
             n.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SlotMove:
+    """One hash slot moved by hand from the master ``source`` to the master ``dest``, as
+    ``redis-cli --cluster reshard`` moves it: ``begin`` marks it IMPORTING / MIGRATING
+    and moves the keys named (the others stay behind: ASK for the moved ones, TRYAGAIN
+    for a command spanning both), ``finish`` moves the rest and gives the slot to
+    ``dest`` on the masters named."""
+
+    def __init__(self, slot: int, source: ClusterNodeServer, dest: ClusterNodeServer) -> None:
+        self.slot, self.source, self.dest = slot, source, dest
+        self.src, self.dst = source.client(), dest.client()
+
+    def begin(self, *keys: str) -> None:
+        self.dst.execute_command("CLUSTER", "SETSLOT", self.slot, "IMPORTING",
+                                 self.source.node_id())
+        self.src.execute_command("CLUSTER", "SETSLOT", self.slot, "MIGRATING",
+                                 self.dest.node_id())
+        self._migrate(list(keys))
+        assert self.dst.execute_command("CLUSTER", "COUNTKEYSINSLOT", self.slot) == len(keys)
+
+    def _migrate(self, keys: list[Any]) -> None:
+        self.src.execute_command("MIGRATE", "127.0.0.1", self.dest.port, "", 0, 5000,
+                                 "KEYS", *keys)
+
+    def finish(self, masters: list[ClusterNodeServer]) -> None:
+        while keys := self.src.execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, 100):
+            self._migrate(keys)
+        for node in masters:
+            c = node.client()
+            try:
+                c.execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", self.dest.node_id())
+            finally:
+                c.close()
