@@ -145,9 +145,7 @@ def test_crawl_resharded_onto_a_new_master_loses_nothing(small_cluster, make_sit
     site = make_site(pages=pages, delay=0.2)
     k = CrawlKeys(crawl_id)
     slot = cluster.keyslot(k.meta)
-    together = {**FAST, **start_worker.barrier(2)}  # one barrier for both
-    ws = [start_worker(cluster.url, crawl_id, site.url + "/p/0", name=f"w{i}",
-                       settings=together) for i in range(2)]
+    ws = start_worker.fleet(2, cluster.url, crawl_id, site.url + "/p/0", FAST)
     r = cluster.client()
 
     def done() -> int:
@@ -408,9 +406,7 @@ def tls_cluster(tls_files):
 def _two_worker_crawl(url: str, r: Any, make_site, start_worker, crawl_id: str) -> None:
     pages = 200
     site = make_site(pages=pages)
-    together = {**FAST, **start_worker.barrier(2)}
-    ws = [start_worker(url, crawl_id, site.url + "/p/0", name=f"w{i}", settings=together)
-          for i in range(2)]
+    ws = start_worker.fleet(2, url, crawl_id, site.url + "/p/0", FAST)
     for w in ws:
         assert_finished(w)
     assert_every_page_fetched(site, pages)

@@ -388,9 +388,7 @@ def test_cluster_slot_migration_and_shard_failover_mid_crawl(cluster, make_site,
     slot = cluster.keyslot(k.meta)
     source = cluster.owner(slot)
     dest = next(m for m in cluster.masters() if m is not source)
-    together = {**HA, **start_worker.barrier(3)}  # one barrier for the three
-    ws = [start_worker(cluster.url, crawl_id, site.url + "/p/0", name=f"w{i}",
-                       settings=together) for i in range(3)]
+    ws = start_worker.fleet(3, cluster.url, crawl_id, site.url + "/p/0", HA)
     r = cluster.client()
 
     def done() -> int:

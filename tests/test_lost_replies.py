@@ -42,6 +42,12 @@ def server():
         yield srv
 
 
+def five_queued(server: RedisServer, crawl_id: str) -> tuple[CrawlKeys, redis.Redis]:
+    """Requests r0..r4 queued; the crawl's keys, and a client of the server for checks."""
+    run(server.url, crawl_id, lambda f: f.enqueue([NewRequest(f"r{i}") for i in range(5)]))
+    return CrawlKeys(crawl_id), server.client(decode_responses=True)
+
+
 def proxy_for(server, tmp_path, drops: int, every: int = 1, scripts=("claim", "commit")):
     return ProxyProcess(server.port, drops=drops, every=every, shas=[sha(s) for s in scripts],
                         status_path=tmp_path / "proxy.json").start()
@@ -53,9 +59,7 @@ def test_a_claim_whose_reply_was_lost_is_answered_once(server, tmp_path, crawl_i
     """Before: redis-py's retry ran the claim again, so the first run's claims were
     leases nobody held (they expired later, charging a crash to healthy requests) and
     the caller got the second run's claims (here: none, the queue was empty)."""
-    keys = CrawlKeys(crawl_id)
-    r = server.client(decode_responses=True)
-    run(server.url, crawl_id, lambda f: f.enqueue([NewRequest(f"r{i}") for i in range(5)]))
+    keys, r = five_queued(server, crawl_id)
     with proxy_for(server, tmp_path, drops=1) as proxy:
         res = run(proxy.url, crawl_id, lambda f: f.claim(5, "w"))
         assert proxy.status()["dropped"] == 1
@@ -67,9 +71,7 @@ def test_a_claim_whose_reply_was_lost_is_answered_once(server, tmp_path, crawl_i
 def test_a_claim_sent_again_by_the_caller_after_redis_py_gave_up(server, tmp_path, crawl_id):
     """Four replies lost in a row: redis-py's three retries are spent and the claim
     raises; the next claim call sends the same call again and gets those claims."""
-    keys = CrawlKeys(crawl_id)
-    r = server.client(decode_responses=True)
-    run(server.url, crawl_id, lambda f: f.enqueue([NewRequest(f"r{i}") for i in range(5)]))
+    keys, r = five_queued(server, crawl_id)
     with proxy_for(server, tmp_path, drops=4) as proxy:
         async def body(f):
             with pytest.raises(redis.ConnectionError):
@@ -87,9 +89,7 @@ def test_a_claim_sent_again_by_the_caller_after_redis_py_gave_up(server, tmp_pat
 
 def test_resolve_claim_gets_the_claims_of_a_lost_reply_and_changes_nothing_otherwise(
         server, tmp_path, crawl_id):
-    keys = CrawlKeys(crawl_id)
-    r = server.client(decode_responses=True)
-    run(server.url, crawl_id, lambda f: f.enqueue([NewRequest(f"r{i}") for i in range(5)]))
+    keys, r = five_queued(server, crawl_id)
     with proxy_for(server, tmp_path, drops=4) as proxy:
         async def body(f):
             with pytest.raises(redis.ConnectionError):

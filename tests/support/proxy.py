@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,21 @@ def parse_command(buf: bytes | bytearray, pos: int = 0) -> tuple[int, list[bytes
     return p, words
 
 
+async def pump(reader: asyncio.StreamReader, closed: asyncio.Event,
+               on_data: Callable[[bytes], Awaitable[bool]]) -> None:
+    """Pass what ``reader`` reads to ``on_data`` until the end of the stream, ``closed``,
+    or ``on_data`` says False; then set ``closed``. A reset, or bytes ``on_data`` cannot
+    parse, cut the connection the same way."""
+    try:
+        while not closed.is_set():
+            data = await reader.read(65536)
+            if not data or not await on_data(data):
+                break
+    except Exception:
+        pass
+    closed.set()
+
+
 class LossyProxy:
     def __init__(self, target: tuple[str, int], drops: int, every: int,
                  shas: set[str] | None, status_path: Path | None) -> None:
@@ -136,57 +152,36 @@ class LossyProxy:
         pending: list[list[bytes]] = []  # commands sent, in order, awaiting their reply
         closed = asyncio.Event()
 
-        async def upstream() -> None:
-            buf = bytearray()
-            try:
-                while not closed.is_set():
-                    data = await creader.read(65536)
-                    if not data:
-                        break
-                    buf += data
-                    while True:
-                        parsed = parse_command(buf)
-                        if parsed is None:
-                            break
-                        end, words = parsed
-                        pending.append(words)
-                        del buf[:end]
-                    swriter.write(data)
-                    await swriter.drain()
-            except Exception:  # a reset, or bytes it cannot parse: cut the connection
-                pass
-            closed.set()
+        cbuf, sbuf = bytearray(), bytearray()
 
-        async def downstream() -> None:
-            buf = bytearray()
-            try:
-                while not closed.is_set():
-                    data = await sreader.read(65536)
-                    if not data:
-                        break
-                    buf += data
-                    out = bytearray()
-                    while True:
-                        end = parse_reply(buf)
-                        if end is None:
-                            break
-                        reply = bytes(buf[:end])
-                        del buf[:end]
-                        words = pending.pop(0) if pending else []
-                        if self._drop(words, reply):
-                            if out:
-                                cwriter.write(bytes(out))
-                            closed.set()
-                            return
-                        out += reply
+        async def commands(data: bytes) -> bool:
+            cbuf.extend(data)
+            while (parsed := parse_command(cbuf)) is not None:
+                end, words = parsed
+                pending.append(words)
+                del cbuf[:end]
+            swriter.write(data)
+            await swriter.drain()
+            return True
+
+        async def replies(data: bytes) -> bool:
+            sbuf.extend(data)
+            out = bytearray()
+            while (end := parse_reply(sbuf)) is not None:
+                reply = bytes(sbuf[:end])
+                del sbuf[:end]
+                if self._drop(pending.pop(0) if pending else [], reply):
                     if out:
                         cwriter.write(bytes(out))
-                        await cwriter.drain()
-            except Exception:  # a reset, or bytes it cannot parse: cut the connection
-                pass
-            closed.set()
+                    return False
+                out += reply
+            if out:
+                cwriter.write(bytes(out))
+                await cwriter.drain()
+            return True
 
-        tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
+        upstream, downstream = pump(creader, closed, commands), pump(sreader, closed, replies)
+        tasks = [asyncio.ensure_future(upstream), asyncio.ensure_future(downstream)]
         await closed.wait()
         for t in tasks:
             t.cancel()

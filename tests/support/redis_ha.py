@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,34 +78,42 @@ def find_redis_cli(server: str | None = None) -> str:
 # --------------------------------------------------------------------------- Sentinel
 
 
+@dataclass(frozen=True)
+class Watch:
+    """The master a sentinel watches, and how."""
+
+    master_port: int
+    quorum: int
+    down_after_ms: int
+    failover_timeout_ms: int
+    master_name: str = SENTINEL_MASTER
+    auth_pass: str | None = None
+
+
 class SentinelServer(RedisServer):
     """``redis-server sentinel.conf --sentinel`` watching one master."""
 
-    def __init__(self, master_port: int, *, quorum: int, down_after_ms: int,
-                 failover_timeout_ms: int, master_name: str = SENTINEL_MASTER,
-                 auth_pass: str | None = None, password: str | None = None) -> None:
+    def __init__(self, master_port: int, *, password: str | None = None,
+                 **watch: Any) -> None:
         super().__init__(password=password)
-        self.master_port = master_port
-        self.master_name = master_name
-        self.quorum = quorum
-        self.down_after_ms = down_after_ms
-        self.failover_timeout_ms = failover_timeout_ms
-        self.auth_pass = auth_pass
+        #: what it watches and how: ``Watch``'s fields
+        self.watch = Watch(master_port, **watch)
+        self.master_name = self.watch.master_name
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
     def _write_config(self) -> Path:
-        name = self.master_name
+        name, w = self.master_name, self.watch
         lines = self._base_config() + [
-            f"sentinel monitor {name} 127.0.0.1 {self.master_port} {self.quorum}",
-            f"sentinel down-after-milliseconds {name} {self.down_after_ms}",
-            f"sentinel failover-timeout {name} {self.failover_timeout_ms}",
+            f"sentinel monitor {name} 127.0.0.1 {w.master_port} {w.quorum}",
+            f"sentinel down-after-milliseconds {name} {w.down_after_ms}",
+            f"sentinel failover-timeout {name} {w.failover_timeout_ms}",
             f"sentinel parallel-syncs {name} 1",
         ]
-        if self.auth_pass:
-            lines.append(f"sentinel auth-pass {name} {self.auth_pass}")
+        if w.auth_pass:
+            lines.append(f"sentinel auth-pass {name} {w.auth_pass}")
         if self.password:  # clients and the other sentinels authenticate with it
             lines += [f"requirepass {self.password}", f"sentinel sentinel-pass {self.password}"]
         conf = self.dir / "sentinel.conf"
@@ -134,17 +143,15 @@ class SentinelGroup:
     """A master, ``replicas`` replicas and ``sentinels`` sentinels (quorum: a majority)."""
 
     def __init__(self, replicas: int = 2, sentinels: int = 3, *, password: str | None = None,
-                 sentinel_password: str | None = None, down_after_ms: int = 1000,
-                 failover_timeout_ms: int = 10_000, appendonly: bool = False,
-                 master_name: str = SENTINEL_MASTER) -> None:
-        self.n_replicas = replicas
-        self.n_sentinels = sentinels
-        self.password = password
-        self.sentinel_password = sentinel_password
-        self.down_after_ms = down_after_ms
-        self.failover_timeout_ms = failover_timeout_ms
+                 sentinel_password: str | None = None, appendonly: bool = False,
+                 **watch: Any) -> None:
+        self.n_replicas, self.n_sentinels = replicas, sentinels
+        self.password, self.sentinel_password = password, sentinel_password
         self.appendonly = appendonly
-        self.master_name = master_name
+        #: how the sentinels watch the master (``Watch``'s fields but its port and quorum)
+        self.watch: dict[str, Any] = {"down_after_ms": 1000, "failover_timeout_ms": 10_000,
+                                      "master_name": SENTINEL_MASTER, **watch}
+        self.master_name: str = self.watch["master_name"]
         self.servers: list[RedisServer] = []  # data nodes: the first master, then replicas
         self.sentinels: list[SentinelServer] = []
 
@@ -162,9 +169,8 @@ class SentinelGroup:
             quorum = self.n_sentinels // 2 + 1
             for _ in range(self.n_sentinels):
                 self.sentinels.append(SentinelServer(
-                    master.port, quorum=quorum, down_after_ms=self.down_after_ms,
-                    failover_timeout_ms=self.failover_timeout_ms, master_name=self.master_name,
-                    auth_pass=self.password, password=self.sentinel_password).start())
+                    master.port, quorum=quorum, auth_pass=self.password,
+                    password=self.sentinel_password, **self.watch).start())
             wait_until(self._sentinels_know_everything, timeout,
                        "sentinels that know every replica and each other")
         except BaseException:

@@ -159,9 +159,7 @@ class TLSSentinelGroup(SentinelGroup):
             for _ in range(self.n_sentinels):
                 self.sentinels.append(TLSSentinelServer(
                     self.tls, master.tls_port,  # type: ignore[attr-defined]
-                    quorum=self.n_sentinels // 2 + 1, down_after_ms=self.down_after_ms,
-                    failover_timeout_ms=self.failover_timeout_ms,
-                    master_name=self.master_name).start())
+                    quorum=self.n_sentinels // 2 + 1, **self.watch).start())
             wait_until(self._sentinels_know_everything, timeout,
                        "sentinels that know every replica and each other over TLS")
         except BaseException:
