@@ -18,7 +18,10 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,19 +73,13 @@ def _test_failed(request) -> bool:
 
 @pytest.fixture(scope="session")
 def redis_server():
-    srv = RedisServer(appendonly=False).start()
-    try:
+    with RedisServer(appendonly=False) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
 def _own_server(appendonly: bool):
-    srv = RedisServer(appendonly=appendonly).start()
-    try:
+    with RedisServer(appendonly=appendonly) as srv:
         yield srv
-    finally:
-        srv.close()
 
 
 @pytest.fixture
@@ -102,18 +99,29 @@ def crawl_id(request) -> str:
     return f"t-{name}-{uuid.uuid4().hex[:8]}"
 
 
+@contextmanager
+def _stopped_after(start: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """``start`` as a factory whose products are stopped when the test ends."""
+    made: list[Any] = []
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        made.append(start(*args, **kwargs))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for x in made:
+            x.stop()
+
+
 @pytest.fixture
 def make_site():
-    sites: list[Site] = []
+    def start(pages: int = 200, ports: int = 1, log_path=None, **kwargs) -> Site:
+        return Site(pages=pages, ports=ports, log_path=log_path, **kwargs).start()
 
-    def make(pages: int = 200, ports: int = 1, log_path=None, **kwargs) -> Site:
-        s = Site(pages=pages, ports=ports, log_path=log_path, **kwargs).start()
-        sites.append(s)
-        return s
-
-    yield make
-    for s in sites:
-        s.stop()
+    with _stopped_after(start) as make:
+        yield make
 
 
 @pytest.fixture
@@ -123,18 +131,14 @@ def site(make_site) -> Site:
 
 @pytest.fixture
 def make_site_process(tmp_path: Path):
-    procs: list[SiteProcess] = []
+    count = iter(range(1, 1_000_000))
 
-    def make(pages: int = 500, ports: int = 1, log_path=None, **kwargs) -> SiteProcess:
-        if log_path is None:
-            log_path = tmp_path / f"site-{len(procs) + 1}.jsonl"
-        p = SiteProcess(pages=pages, log_path=log_path, ports=ports, **kwargs).start()
-        procs.append(p)
-        return p
+    def start(pages: int = 500, ports: int = 1, log_path=None, **kwargs) -> SiteProcess:
+        log_path = log_path or tmp_path / f"site-{next(count)}.jsonl"
+        return SiteProcess(pages=pages, log_path=log_path, ports=ports, **kwargs).start()
 
-    yield make
-    for p in procs:
-        p.stop()
+    with _stopped_after(start) as make:
+        yield make
 
 
 @pytest.fixture

@@ -57,6 +57,21 @@ def test_redis_url_schemes(url):
     ("LEASED_FAIL_HTTP_CODES", "503,x"),
     ("LEASED_CONNECT_TIMEOUT", "-1"),
     ("LEASED_CONNECT_TIMEOUT", "later"),
+    ("LEASED_UPSERT_URL", "http://example.com/db"),
+    ("LEASED_UPSERT_URL", "mysql://h/db"),
+    ("LEASED_UPSERT_URL", "sqlite://relative.db"),
+    ("LEASED_UPSERT_URL", "sqlite:///"),
+    ("LEASED_UPSERT_URL", 5432),
+    ("LEASED_UPSERT_KEY", ["a", "a"]),
+    ("LEASED_UPSERT_KEY", ["a b"]),
+    ("LEASED_UPSERT_KEY", [1]),
+    ("LEASED_UPSERT_PREFIX", "1abc"),
+    ("LEASED_UPSERT_PREFIX", "has-dash"),
+    ("LEASED_UPSERT_PREFIX", 'x"; DROP TABLE y; --'),
+    ("LEASED_UPSERT_BATCH_SIZE", "0"),
+    ("LEASED_UPSERT_BATCH_SIZE", "1.5"),
+    ("LEASED_UPSERT_BATCH_SIZE", "many"),
+    ("LEASED_UPSERT_ENABLED", "maybe"),
 ])
 def test_bad_values_name_the_setting_and_the_value(name, value):
     with pytest.raises(LeasedConfigError) as err:

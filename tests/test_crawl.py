@@ -9,7 +9,6 @@ is mocked; nothing touches the Redis on 6379 (see tests/support/redis_server.py)
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -23,10 +22,10 @@ import pytest
 import redis
 from scrapy import Request
 
-from scrapy_leased._redis.connection import make_client
 from scrapy_leased.codec import encode_request
 from scrapy_leased.frontier import NO_BUDGET, Envelope, Frontier, NewRequest, as_str
 from scrapy_leased.frontier.keys import CrawlKeys
+from tests.support.frontier import run_frontier as run_support_frontier
 from tests.support.queue import queue_len, queued
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.workers import wait_for
@@ -97,15 +96,7 @@ def assert_exit(w, reason: str, rc: int = 0, timeout: float = WAIT) -> None:
 
 def run_frontier(url: str, crawl_id: str, body: Callable[[Frontier], Any]) -> Any:
     """asyncio.run(body(frontier)) with a Frontier built like the scheduler builds it."""
-
-    async def main() -> Any:
-        f = Frontier(make_client(url), CrawlKeys(crawl_id), lease_ms=30_000, max_attempts=4)
-        try:
-            return await body(f)
-        finally:
-            await f.client.aclose()
-
-    return asyncio.run(main())
+    return run_support_frontier(url, crawl_id, body, lease_ms=30_000, max_attempts=4)
 
 
 def payload(url: str) -> str:

@@ -19,16 +19,22 @@ from typing import Any
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_leased._redis.connection import LeasedRedisError, check_reachable, connect, make_client
+from scrapy_leased._redis.connection import LeasedRedisError, check_reachable, make_client
 from scrapy_leased._redis.scan import keys_with_prefix
 from scrapy_leased._redis.url import parse_redis_url
 from scrapy_leased.fleet.admin import FleetAdmin
-from scrapy_leased.frontier import Frontier, NewRequest
+from scrapy_leased.frontier import NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.observe.reader import FleetReader
 from scrapy_leased.settings import Budgets, LeasedConfigError, check_redis_url
 from tests.support.dropproxy import DropProxyProcess
-from tests.support.redis_ha import ClusterNodeServer, RedisCluster, SentinelGroup, wait_until
+from tests.support.redis_ha import (
+    ClusterNodeServer,
+    RedisCluster,
+    SentinelGroup,
+    SlotMove,
+    wait_until,
+)
 from tests.support.redis_server import free_port
 from tests.support.tls import TLSCluster, TLSFiles, TLSSentinelGroup
 from tests.support.workers import wait_for
@@ -38,6 +44,7 @@ from tests.test_ha import (
     assert_complete,
     assert_every_page_fetched,
     assert_finished,
+    queued_frontier,
     read_crawl,
 )
 
@@ -52,11 +59,8 @@ FAST = {"LEASED_LEASE_SECONDS": 6, "LEASED_RENEW_INTERVAL": 1, "LEASED_SWEEP_INT
 def small_cluster():
     """3 masters, no replicas: what resharding needs, and no more."""
     _cli_or_skip()
-    c = RedisCluster(masters=3, replicas=0).start()
-    try:
+    with RedisCluster(masters=3, replicas=0) as c:
         yield c
-    finally:
-        c.close()
 
 
 def add_empty_master(cluster: RedisCluster) -> ClusterNodeServer:
@@ -105,32 +109,19 @@ def test_ask_to_a_master_new_to_the_cluster(small_cluster, crawl_id):
     source = cluster.owner(slot)
 
     async def main() -> None:
-        client = await connect(cluster.url)
-        f = Frontier(client, k, lease_ms=30_000, max_attempts=4)
+        f = await queued_frontier(cluster.url, k)
+        client = f.client
         try:
-            await f.check_layout(14)
-            await f.enqueue([NewRequest(json.dumps({"u": f"http://h/{i}"}), 0, i, i)
-                             for i in range(5)])
             new = await asyncio.to_thread(add_empty_master, cluster)
             assert client.nodes_manager.get_node("127.0.0.1", new.port) is None
-            src, dst = source.client(), new.client()
-            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id())
-            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", new.node_id())
-            src.execute_command("MIGRATE", "127.0.0.1", new.port, "", 0, 5000, "KEYS",
-                                k.meta, k.seen_bucket(1))
-            assert dst.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 2
+            move = SlotMove(slot, source, new)
+            move.begin(k.meta, k.seen_bucket(1))
             got = await asyncio.gather(*[client.hget(k.meta, "seen_bucket_bits")
                                          for _ in range(10)])
             assert got == [b"14"] * 10
             assert await client.sismember(k.seen_bucket(1), 1) == 1
             assert client.nodes_manager.get_node("127.0.0.1", new.port) is not None
-            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-                src.execute_command("MIGRATE", "127.0.0.1", new.port, "", 0, 5000,
-                                    "KEYS", *keys)
-            for node in cluster.live():
-                c = node.client()
-                c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", new.node_id())
-                c.close()
+            move.finish(cluster.live())
             queued = await f.enqueue([NewRequest(json.dumps({"u": "http://h/new"}), 0, 9, 99)])
             assert queued == [True]
             counts = await f.counts()
@@ -154,9 +145,7 @@ def test_crawl_resharded_onto_a_new_master_loses_nothing(small_cluster, make_sit
     site = make_site(pages=pages, delay=0.2)
     k = CrawlKeys(crawl_id)
     slot = cluster.keyslot(k.meta)
-    together = {**FAST, **start_worker.barrier(2)}  # one barrier for both
-    ws = [start_worker(cluster.url, crawl_id, site.url + "/p/0", name=f"w{i}",
-                       settings=together) for i in range(2)]
+    ws = start_worker.fleet(2, cluster.url, crawl_id, site.url + "/p/0", FAST)
     r = cluster.client()
 
     def done() -> int:
@@ -362,11 +351,8 @@ async def _many_at_once(client: Any) -> float:
 
 @pytest.fixture
 def one_sentinel():
-    group = SentinelGroup(replicas=0, sentinels=1).start()
-    try:
+    with SentinelGroup(replicas=0, sentinels=1) as group:
         yield group
-    finally:
-        group.close()
 
 
 @pytest.mark.integration
@@ -406,29 +392,21 @@ def tls_files(tmp_path):
 
 @pytest.fixture
 def tls_sentinel_group(tls_files):
-    group = TLSSentinelGroup(tls_files, replicas=1, sentinels=3).start()
-    try:
+    with TLSSentinelGroup(tls_files, replicas=1, sentinels=3) as group:
         yield group
-    finally:
-        group.close()
 
 
 @pytest.fixture
 def tls_cluster(tls_files):
     _cli_or_skip()
-    c = TLSCluster(tls_files, masters=3, replicas=0).start()
-    try:
+    with TLSCluster(tls_files, masters=3, replicas=0) as c:
         yield c
-    finally:
-        c.close()
 
 
 def _two_worker_crawl(url: str, r: Any, make_site, start_worker, crawl_id: str) -> None:
     pages = 200
     site = make_site(pages=pages)
-    together = {**FAST, **start_worker.barrier(2)}
-    ws = [start_worker(url, crawl_id, site.url + "/p/0", name=f"w{i}", settings=together)
-          for i in range(2)]
+    ws = start_worker.fleet(2, url, crawl_id, site.url + "/p/0", FAST)
     for w in ws:
         assert_finished(w)
     assert_every_page_fetched(site, pages)

@@ -7,6 +7,7 @@ so nothing outlives the test run. Nothing here talks to port 6379.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -66,15 +67,15 @@ def wait_gone(pid: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"pid {pid} still running")
 
 
-def _cleanup(data_dir: Path) -> None:
+def _cleanup(data_dir: Path, pids: Callable[[Path], list[int]] = server_pids) -> None:
+    """Stop the embedded Redis of ``data_dir``, then SIGKILL whatever of it is left
+    (``pids``: its server, and in test_embedded_life.py its watchdog too)."""
     try:
         stop_embedded_redis(data_dir)
     finally:
-        for pid in server_pids(data_dir):
-            try:
+        for pid in pids(data_dir):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @pytest.fixture

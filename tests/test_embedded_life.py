@@ -15,7 +15,6 @@ The test process itself never uses the server (it reads the address file with
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,10 +24,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from scrapy_leased._redis.embedded import GRACE_SECONDS, running_embedded_redis, stop_embedded_redis
+from scrapy_leased._redis.embedded import GRACE_SECONDS, running_embedded_redis
 from scrapy_leased.frontier.keys import CrawlKeys
 from tests.support.workers import PROJECT_DIR, REPO_ROOT, Worker, WorkerFactory, wait_for
-from tests.test_embedded import server_pids  # live processes working in the data dir
+from tests.test_embedded import _cleanup, server_pids  # live processes working in the data dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="finds server processes via /proc")]
@@ -108,14 +107,7 @@ class Folder:
 
     def cleanup(self) -> None:
         self.workers.cleanup()
-        try:
-            stop_embedded_redis(self.data_dir)
-        finally:
-            for pid in server_pids(self.data_dir) + watchdog_pids(self.data_dir):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        _cleanup(self.data_dir, lambda d: server_pids(d) + watchdog_pids(d))
 
 
 @pytest.fixture

@@ -96,11 +96,11 @@ def test_kill9_of_one_of_two_workers_loses_no_item_of_an_acked_page(
 def test_two_workers_with_one_fixed_feed_path_second_stops_at_open(
         redis_server, crawl_id, make_site, start_worker, tmp_path):
     n_pages = 150
+    path = tmp_path / "out" / "items.jsonl"
+    hold = tmp_path / "go"
     site = make_site(pages=n_pages)
     r = redis_server.client(decode_responses=True)
     keys = CrawlKeys(crawl_id)
-    path = tmp_path / "out" / "items.jsonl"
-    hold = tmp_path / "go"
     # overwrite (-O): a second worker opening the file would truncate it
     settings = {**BASE, "CONCURRENT_REQUESTS": 4, "RECORD_HOLD_FILE": str(hold),
                 "FEEDS": {str(path): {"format": "jsonlines", "overwrite": True}}}

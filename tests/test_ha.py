@@ -31,7 +31,7 @@ from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import WAIT_TIMEOUT_MS, script_source
 from scrapy_leased.settings import LeasedConfig, LeasedConfigError, check_redis_url
 from tests.support.queue import queue_len
-from tests.support.redis_ha import RedisCluster, SentinelGroup, find_redis_cli
+from tests.support.redis_ha import RedisCluster, SentinelGroup, SlotMove, find_redis_cli
 from tests.support.workers import wait_for
 from tests.test_commands import dead_json, leased, ok, one_error, status_json
 
@@ -54,22 +54,25 @@ def _cli_or_skip() -> None:
 
 @pytest.fixture
 def sentinel_group():
-    group = SentinelGroup(replicas=2, sentinels=3, password="data-secret",
-                          sentinel_password="sentinel-secret").start()
-    try:
+    with SentinelGroup(replicas=2, sentinels=3, password="data-secret",
+                       sentinel_password="sentinel-secret") as group:
         yield group
-    finally:
-        group.close()
 
 
 @pytest.fixture
 def cluster():
     _cli_or_skip()
-    c = RedisCluster(masters=3, replicas=1).start()
-    try:
+    with RedisCluster(masters=3, replicas=1) as c:
         yield c
-    finally:
-        c.close()
+
+
+async def queued_frontier(url: str, k: CrawlKeys, n: int = 5) -> Frontier:
+    """A Frontier on the cluster ``url`` with the seen-set layout recorded and five
+    ``n`` requests queued (its client closed by the caller)."""
+    f = Frontier(await connect(url), k, lease_ms=30_000, max_attempts=4)
+    await f.check_layout(14)
+    await f.enqueue([NewRequest(json.dumps({"u": f"http://h/{i}"}), 0, i, i) for i in range(n)])
+    return f
 
 
 def assert_finished(w, timeout: float = WAIT, clean: bool = True) -> None:
@@ -385,9 +388,7 @@ def test_cluster_slot_migration_and_shard_failover_mid_crawl(cluster, make_site,
     slot = cluster.keyslot(k.meta)
     source = cluster.owner(slot)
     dest = next(m for m in cluster.masters() if m is not source)
-    together = {**HA, **start_worker.barrier(3)}  # one barrier for the three
-    ws = [start_worker(cluster.url, crawl_id, site.url + "/p/0", name=f"w{i}",
-                       settings=together) for i in range(3)]
+    ws = start_worker.fleet(3, cluster.url, crawl_id, site.url + "/p/0", HA)
     r = cluster.client()
 
     def done() -> int:
@@ -485,22 +486,14 @@ def test_crawl_keys_found_on_both_masters_of_a_migrating_slot(cluster, crawl_id)
     dest = next(m for m in cluster.masters() if m is not source)
 
     async def fill() -> None:
-        client = await connect(cluster.url)
-        f = Frontier(client, k, lease_ms=30_000, max_attempts=4)
-        await f.check_layout(14)
-        await f.enqueue([NewRequest(json.dumps({"u": f"http://h/{i}"}), 0, i, i)
-                         for i in range(40)])
-        await client.aclose()
+        await (await queued_frontier(cluster.url, k, 40)).client.aclose()
 
     asyncio.run(fill())
     expected = set().union(*crawl_key_slots(cluster, crawl_id).values())
     assert len(expected) > 40
-    src, dst = source.client(), dest.client()
-    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id())
-    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dest.node_id())
-    keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 20)
-    src.execute_command("MIGRATE", "127.0.0.1", dest.port, "", 0, 5000, "KEYS", *keys)
-    assert dst.dbsize() >= 20 and src.dbsize() >= 20
+    move = SlotMove(slot, source, dest)
+    move.begin(*move.src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 20))
+    assert move.dst.dbsize() >= 20 and move.src.dbsize() >= 20
 
     async def scan() -> tuple[list[str], list[str]]:
         client = make_client(cluster.url)
@@ -592,23 +585,16 @@ def test_ask_and_tryagain_while_the_crawls_slot_migrates(cluster, crawl_id):
     slot = cluster.keyslot(k.meta)
     source = cluster.owner(slot)
     dest = next(m for m in cluster.masters() if m is not source)
-    src, dst = source.client(), dest.client()
+    move = SlotMove(slot, source, dest)
     other = next(f"x{i}" for i in range(10_000) if cluster.owner(cluster.keyslot(f"x{i}")) is dest)
 
     async def main() -> None:
-        client = await connect(cluster.url)
-        f = Frontier(client, k, lease_ms=30_000, max_attempts=4)
+        f = await queued_frontier(cluster.url, k)
+        client = f.client
         try:
-            await f.check_layout(14)
-            await f.enqueue([NewRequest(json.dumps({"u": f"http://h/{i}"}), 0, i, i)
-                             for i in range(5)])
             # several pooled connections to the importing master
             await asyncio.gather(*[client.set(other, i) for i in range(20)])
-            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id())
-            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dest.node_id())
-            src.execute_command("MIGRATE", "127.0.0.1", dest.port, "", 0, 5000, "KEYS",
-                                k.meta, k.seen_bucket(1))
-            assert dst.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 2
+            move.begin(k.meta, k.seen_bucket(1))
             # ASK: answered by the importing master, nothing refused
             got = await asyncio.gather(*[client.hget(k.meta, "seen_bucket_bits")
                                          for _ in range(30)])
@@ -618,13 +604,8 @@ def test_ask_and_tryagain_while_the_crawls_slot_migrates(cluster, crawl_id):
 
             def finish_migration() -> None:  # once a refused commit was seen
                 wait_for(lambda: client.migration_retries > 0, 30, "a refused command")
-                while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-                    src.execute_command("MIGRATE", "127.0.0.1", dest.port, "", 0, 5000,
-                                        "KEYS", *keys)
-                for node in [dest, source] + [m for m in cluster.masters()
-                                              if m not in (source, dest)]:
-                    node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE",
-                                                  dest.node_id())
+                move.finish([dest, source] + [m for m in cluster.masters()
+                                              if m not in (source, dest)])
 
             done = asyncio.ensure_future(asyncio.to_thread(finish_migration))
             queued = await f.enqueue([NewRequest(json.dumps({"u": "http://h/new"}), 0, 9, 99)])

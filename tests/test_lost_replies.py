@@ -11,16 +11,15 @@ does after redis-py gave up; no lease is left that nobody holds.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 
 import pytest
 import redis
 
-from scrapy_leased._redis.connection import make_client
-from scrapy_leased.frontier import NO_BUDGET, NO_LIMITS, Frontier, NewRequest
+from scrapy_leased.frontier import NO_BUDGET, NO_LIMITS, NewRequest
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.frontier.scripts import script_source
+from tests.support.frontier import run_frontier
 from tests.support.proxy import ProxyProcess
 from tests.support.redis_server import RedisServer
 
@@ -34,20 +33,19 @@ def stats(r: redis.Redis, keys: CrawlKeys) -> dict[str, int]:
 
 
 def run(url: str, crawl_id: str, body):
-    async def main():
-        f = Frontier(make_client(url), CrawlKeys(crawl_id), lease_ms=60_000, max_attempts=3)
-        try:
-            return await body(f)
-        finally:
-            await f.client.aclose()
-
-    return asyncio.run(main())
+    return run_frontier(url, crawl_id, body)
 
 
 @pytest.fixture
 def server():
     with RedisServer() as srv:
         yield srv
+
+
+def five_queued(server: RedisServer, crawl_id: str) -> tuple[CrawlKeys, redis.Redis]:
+    """Requests r0..r4 queued; the crawl's keys, and a client of the server for checks."""
+    run(server.url, crawl_id, lambda f: f.enqueue([NewRequest(f"r{i}") for i in range(5)]))
+    return CrawlKeys(crawl_id), server.client(decode_responses=True)
 
 
 def proxy_for(server, tmp_path, drops: int, every: int = 1, scripts=("claim", "commit")):
@@ -61,9 +59,7 @@ def test_a_claim_whose_reply_was_lost_is_answered_once(server, tmp_path, crawl_i
     """Before: redis-py's retry ran the claim again, so the first run's claims were
     leases nobody held (they expired later, charging a crash to healthy requests) and
     the caller got the second run's claims (here: none, the queue was empty)."""
-    keys = CrawlKeys(crawl_id)
-    r = server.client(decode_responses=True)
-    run(server.url, crawl_id, lambda f: f.enqueue([NewRequest(f"r{i}") for i in range(5)]))
+    keys, r = five_queued(server, crawl_id)
     with proxy_for(server, tmp_path, drops=1) as proxy:
         res = run(proxy.url, crawl_id, lambda f: f.claim(5, "w"))
         assert proxy.status()["dropped"] == 1
@@ -75,9 +71,7 @@ def test_a_claim_whose_reply_was_lost_is_answered_once(server, tmp_path, crawl_i
 def test_a_claim_sent_again_by_the_caller_after_redis_py_gave_up(server, tmp_path, crawl_id):
     """Four replies lost in a row: redis-py's three retries are spent and the claim
     raises; the next claim call sends the same call again and gets those claims."""
-    keys = CrawlKeys(crawl_id)
-    r = server.client(decode_responses=True)
-    run(server.url, crawl_id, lambda f: f.enqueue([NewRequest(f"r{i}") for i in range(5)]))
+    keys, r = five_queued(server, crawl_id)
     with proxy_for(server, tmp_path, drops=4) as proxy:
         async def body(f):
             with pytest.raises(redis.ConnectionError):
@@ -95,9 +89,7 @@ def test_a_claim_sent_again_by_the_caller_after_redis_py_gave_up(server, tmp_pat
 
 def test_resolve_claim_gets_the_claims_of_a_lost_reply_and_changes_nothing_otherwise(
         server, tmp_path, crawl_id):
-    keys = CrawlKeys(crawl_id)
-    r = server.client(decode_responses=True)
-    run(server.url, crawl_id, lambda f: f.enqueue([NewRequest(f"r{i}") for i in range(5)]))
+    keys, r = five_queued(server, crawl_id)
     with proxy_for(server, tmp_path, drops=4) as proxy:
         async def body(f):
             with pytest.raises(redis.ConnectionError):

@@ -41,6 +41,7 @@ from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.settings import LeasedConfig, in_scrapyd_job
 from scrapy_leased.settings.defaults import SCRAPYD_RUN_GRACE_SECONDS
 from scrapy_leased.testing.site import Site
+from tests.support.process import terminate
 from tests.support.redis_server import free_port
 from tests.support.workers import PROJECT_DIR, REPO_ROOT, WorkerFactory, wait_for
 
@@ -406,13 +407,7 @@ jobs_to_keep = 100
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc, 30)
         if self.proc is not None:
             self.out.close()
 

@@ -20,6 +20,7 @@ from scrapy_leased.fleet import FleetAdmin
 from scrapy_leased.frontier import NO_BUDGET, Failure, Frontier, NewRequest, Revisit
 from scrapy_leased.frontier.keys import CrawlKeys
 from scrapy_leased.order import FIFO, LIFO, START_FIFO, START_LIFO
+from tests.support.frontier import run_frontier
 from tests.support.queue import queue_keys, tier_lists, tiers
 from tests.support.redis_server import RedisServer
 
@@ -53,13 +54,7 @@ def assert_nothing_left(r: Any, keys: CrawlKeys) -> None:
 
 
 def run(url: str, crawl_id: str, body: Any, **kw: Any) -> Any:
-    async def main() -> Any:
-        f = frontier(url, crawl_id, **kw)
-        try:
-            return await body(f)
-        finally:
-            await f.client.aclose()
-    return asyncio.run(main())
+    return run_frontier(url, crawl_id, body, **kw)
 
 
 def test_order_across_tiers_lifo_fifo_start_released_and_requeued(redis_server, crawl_id):

@@ -54,29 +54,6 @@ def test_values_from_the_command_line_are_strings():
     assert not c.enabled and c.batch_size == 20
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("LEASED_UPSERT_URL", "http://example.com/db"),
-    ("LEASED_UPSERT_URL", "mysql://h/db"),
-    ("LEASED_UPSERT_URL", "sqlite://relative.db"),
-    ("LEASED_UPSERT_URL", "sqlite:///"),
-    ("LEASED_UPSERT_URL", 5432),
-    ("LEASED_UPSERT_KEY", ["a", "a"]),
-    ("LEASED_UPSERT_KEY", ["a b"]),
-    ("LEASED_UPSERT_KEY", [1]),
-    ("LEASED_UPSERT_PREFIX", "1abc"),
-    ("LEASED_UPSERT_PREFIX", "has-dash"),
-    ("LEASED_UPSERT_PREFIX", 'x"; DROP TABLE y; --'),
-    ("LEASED_UPSERT_BATCH_SIZE", "0"),
-    ("LEASED_UPSERT_BATCH_SIZE", "1.5"),
-    ("LEASED_UPSERT_BATCH_SIZE", "many"),
-    ("LEASED_UPSERT_ENABLED", "maybe"),
-])
-def test_bad_values_name_the_setting_and_the_value(name, value):
-    with pytest.raises(LeasedConfigError) as e:
-        config(**{name: value})
-    assert name in str(e.value) and repr(value) in str(e.value)
-
-
 def test_addon_enables_pipeline_and_middleware_next_to_the_project_components():
     s = Settings({"LEASED_UPSERT_ENABLED": True,
                   "ITEM_PIPELINES": {"scrapy.pipelines.files.FilesPipeline": 300},

@@ -57,6 +57,25 @@ def from_claim(crawler, item, token: int):
     return mw.get_processed_item(item, response_of("http://site/x", token))
 
 
+def through_pipeline(settings: dict[str, Any],
+                     items: list[tuple[dict[str, Any], int | None]]) -> tuple[Any, list[Any]]:
+    """Open the pipeline, pass each (item, claim token) through it in order (an item
+    yielded by a callback of that claim; token None: an item from no claim, e.g. an
+    errback's), close it; the crawler, and each item passed with what process_item
+    returned for it."""
+
+    async def main() -> tuple[Any, list[Any]]:
+        pipe, crawler = await open_pipeline(settings)
+        try:
+            passed = [item if token is None else from_claim(crawler, item, token)
+                      for item, token in items]
+            return crawler, [(x, await pipe.process_item(x)) for x in passed]
+        finally:
+            await pipe.close_spider()
+
+    return asyncio.run(main())
+
+
 def stat(crawler, name: str) -> int:
     return crawler.stats.get_value(f"leased/upsert/{name}", 0)
 
@@ -127,18 +146,9 @@ def test_redis_record_format_and_script_keys(redis_server, crawl_id):
 
 def test_processed_twice_leaves_one_record_with_the_latest_content(target, redis_server,
                                                                      crawl_id):
-    async def main():
-        pipe, crawler = await open_pipeline(settings_for(target, redis_server, crawl_id))
-        try:
-            first = from_claim(crawler, {"url": "http://site/p/1", "worker": "A"}, 41)
-            await pipe.process_item(first)
-            again = from_claim(crawler, {"url": "http://site/p/1", "worker": "B"}, 57)
-            await pipe.process_item(again)
-        finally:
-            await pipe.close_spider()
-        return crawler
-
-    crawler = asyncio.run(main())
+    crawler, _ = through_pipeline(settings_for(target, redis_server, crawl_id), [
+        ({"url": "http://site/p/1", "worker": "A"}, 41),
+        ({"url": "http://site/p/1", "worker": "B"}, 57)])
     records = target.records("dict")
     assert list(records) == ["http://site/p/1"]
     assert records["http://site/p/1"]["item"]["worker"] == "B"
@@ -148,19 +158,11 @@ def test_processed_twice_leaves_one_record_with_the_latest_content(target, redis
 
 
 def test_a_stale_write_is_ignored_and_counted_not_an_error(target, redis_server, crawl_id):
-    async def main():
-        pipe, crawler = await open_pipeline(settings_for(target, redis_server, crawl_id))
-        try:
-            newer = from_claim(crawler, {"url": "http://site/p/2", "worker": "new"}, 90)
-            await pipe.process_item(newer)
-            older = from_claim(crawler, {"url": "http://site/p/2", "worker": "old"}, 60)
-            returned = await pipe.process_item(older)
-            assert returned is older  # passed on to later pipelines
-        finally:
-            await pipe.close_spider()
-        return crawler
-
-    crawler = asyncio.run(main())
+    crawler, processed = through_pipeline(settings_for(target, redis_server, crawl_id), [
+        ({"url": "http://site/p/2", "worker": "new"}, 90),
+        ({"url": "http://site/p/2", "worker": "old"}, 60)])
+    older, returned = processed[1]
+    assert returned is older  # passed on to later pipelines
     record = target.records("dict")["http://site/p/2"]
     assert record["item"]["worker"] == "new" and record["fence"] == 90
     assert stat(crawler, "stale") == 1 and stat(crawler, "written") == 1
@@ -168,16 +170,8 @@ def test_a_stale_write_is_ignored_and_counted_not_an_error(target, redis_server,
 
 def test_items_without_a_token_are_written_unfenced_and_counted(target, redis_server,
                                                                  crawl_id):
-    async def main():
-        pipe, crawler = await open_pipeline(settings_for(target, redis_server, crawl_id))
-        try:
-            await pipe.process_item(from_claim(crawler, {"url": "u1", "v": 1}, 30))
-            await pipe.process_item({"url": "u1", "v": 2})  # e.g. from an errback
-        finally:
-            await pipe.close_spider()
-        return crawler
-
-    crawler = asyncio.run(main())
+    crawler, _ = through_pipeline(settings_for(target, redis_server, crawl_id), [
+        ({"url": "u1", "v": 1}, 30), ({"url": "u1", "v": 2}, None)])  # None: e.g. an errback
     record = target.records("dict")["u1"]
     assert record["item"]["v"] == 2 and record["fence"] == 30  # the fence is kept
     assert stat(crawler, "unfenced") == 1

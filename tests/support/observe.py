@@ -14,6 +14,7 @@ import sys
 import threading
 from typing import Any
 
+from .process import terminate
 from .redis_server import _pdeathsig_preexec
 from .workers import PROJECT_DIR, REPO_ROOT
 
@@ -53,13 +54,7 @@ class LeasedServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc, 10)
 
     def __enter__(self) -> LeasedServer:
         return self.start()

@@ -27,8 +27,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from typing_extensions import Self
 
 CRLF = b"\r\n"
 
@@ -102,6 +105,21 @@ def parse_command(buf: bytes | bytearray, pos: int = 0) -> tuple[int, list[bytes
     return p, words
 
 
+async def pump(reader: asyncio.StreamReader, closed: asyncio.Event,
+               on_data: Callable[[bytes], Awaitable[bool]]) -> None:
+    """Pass what ``reader`` reads to ``on_data`` until the end of the stream, ``closed``,
+    or ``on_data`` says False; then set ``closed``. A reset, or bytes ``on_data`` cannot
+    parse, cut the connection the same way."""
+    try:
+        while not closed.is_set():
+            data = await reader.read(65536)
+            if not data or not await on_data(data):
+                break
+    except Exception:
+        pass
+    closed.set()
+
+
 class LossyProxy:
     def __init__(self, target: tuple[str, int], drops: int, every: int,
                  shas: set[str] | None, status_path: Path | None) -> None:
@@ -134,57 +152,36 @@ class LossyProxy:
         pending: list[list[bytes]] = []  # commands sent, in order, awaiting their reply
         closed = asyncio.Event()
 
-        async def upstream() -> None:
-            buf = bytearray()
-            try:
-                while not closed.is_set():
-                    data = await creader.read(65536)
-                    if not data:
-                        break
-                    buf += data
-                    while True:
-                        parsed = parse_command(buf)
-                        if parsed is None:
-                            break
-                        end, words = parsed
-                        pending.append(words)
-                        del buf[:end]
-                    swriter.write(data)
-                    await swriter.drain()
-            except Exception:  # a reset, or bytes it cannot parse: cut the connection
-                pass
-            closed.set()
+        cbuf, sbuf = bytearray(), bytearray()
 
-        async def downstream() -> None:
-            buf = bytearray()
-            try:
-                while not closed.is_set():
-                    data = await sreader.read(65536)
-                    if not data:
-                        break
-                    buf += data
-                    out = bytearray()
-                    while True:
-                        end = parse_reply(buf)
-                        if end is None:
-                            break
-                        reply = bytes(buf[:end])
-                        del buf[:end]
-                        words = pending.pop(0) if pending else []
-                        if self._drop(words, reply):
-                            if out:
-                                cwriter.write(bytes(out))
-                            closed.set()
-                            return
-                        out += reply
+        async def commands(data: bytes) -> bool:
+            cbuf.extend(data)
+            while (parsed := parse_command(cbuf)) is not None:
+                end, words = parsed
+                pending.append(words)
+                del cbuf[:end]
+            swriter.write(data)
+            await swriter.drain()
+            return True
+
+        async def replies(data: bytes) -> bool:
+            sbuf.extend(data)
+            out = bytearray()
+            while (end := parse_reply(sbuf)) is not None:
+                reply = bytes(sbuf[:end])
+                del sbuf[:end]
+                if self._drop(pending.pop(0) if pending else [], reply):
                     if out:
                         cwriter.write(bytes(out))
-                        await cwriter.drain()
-            except Exception:  # a reset, or bytes it cannot parse: cut the connection
-                pass
-            closed.set()
+                    return False
+                out += reply
+            if out:
+                cwriter.write(bytes(out))
+                await cwriter.drain()
+            return True
 
-        tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
+        upstream, downstream = pump(creader, closed, commands), pump(sreader, closed, replies)
+        tasks = [asyncio.ensure_future(upstream), asyncio.ensure_future(downstream)]
         await closed.wait()
         for t in tasks:
             t.cancel()
@@ -194,31 +191,36 @@ class LossyProxy:
             except Exception:
                 pass
 
-    def _drop(self, words: list[bytes], reply: bytes) -> bool:
+    def _which(self, words: list[bytes], reply: bytes) -> str | None:
+        """The name a reply to this command is counted under if it may be dropped, else
+        None: here an EVALSHA's script SHA (of ``shas``, when given)."""
         if not words or words[0].upper() != b"EVALSHA" or reply[:1] in (b"-", b"!") \
                 or reply.startswith(b"+QUEUED"):
-            return False
+            return None
         sha = words[1].decode() if len(words) > 1 else ""
-        if self.shas is not None and sha not in self.shas:
+        return None if self.shas is not None and sha not in self.shas else sha
+
+    def _drop(self, words: list[bytes], reply: bytes) -> bool:
+        name = self._which(words, reply)
+        if name is None:
             return False
         self.matched += 1
         if self.drops_left <= 0 or self.matched % self.every:
             return False
         self.drops_left -= 1
         self.dropped += 1
-        self.dropped_by_sha[sha] = self.dropped_by_sha.get(sha, 0) + 1
+        self.dropped_by_sha[name] = self.dropped_by_sha.get(name, 0) + 1
         self.write_status()
         return True
 
 
-async def serve(args: argparse.Namespace) -> None:
-    proxy = LossyProxy(("127.0.0.1", args.target_port), args.drops, args.every,
-                       set(args.sha) if args.sha else None,
-                       Path(args.status) if args.status else None)
-    server = await asyncio.start_server(proxy.handle, "127.0.0.1", args.port)
+async def serve(proxy: LossyProxy, port: int = 0) -> None:
+    """Serve ``proxy`` on 127.0.0.1 (``port``, 0: a free one), print its port as one JSON
+    line, and serve until SIGTERM or SIGINT."""
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", port)
     proxy.write_status()
-    port = server.sockets[0].getsockname()[1]
-    print(json.dumps({"port": port, "pid": os.getpid()}), flush=True)
+    print(json.dumps({"port": server.sockets[0].getsockname()[1], "pid": os.getpid()}),
+          flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -228,15 +230,24 @@ async def serve(args: argparse.Namespace) -> None:
     proxy.write_status()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.support.proxy")
+def parser(prog: str, drops: int) -> argparse.ArgumentParser:
+    """The options every proxy takes (``drops``: the default number of replies to drop)."""
+    ap = argparse.ArgumentParser(prog=prog)
     ap.add_argument("--target-port", type=int, required=True)
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--drops", type=int, default=0)
+    ap.add_argument("--drops", type=int, default=drops)
     ap.add_argument("--every", type=int, default=1)
-    ap.add_argument("--sha", action="append", default=[])
     ap.add_argument("--status")
-    asyncio.run(serve(ap.parse_args(argv)))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser("python -m tests.support.proxy", drops=0)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--sha", action="append", default=[])
+    args = ap.parse_args(argv)
+    asyncio.run(serve(LossyProxy(("127.0.0.1", args.target_port), args.drops, args.every,
+                                 set(args.sha) if args.sha else None,
+                                 Path(args.status) if args.status else None), args.port))
     return 0
 
 
@@ -257,18 +268,23 @@ class ProxyProcess:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> ProxyProcess:
+    #: the module run as the proxy subprocess (``python -m MODULE``)
+    MODULE = "tests.support.proxy"
+
+    def extra_args(self) -> list[str]:
+        """The proxy's own options after the common ones."""
+        return [a for sha in self.shas for a in ("--sha", sha)]
+
+    def start(self, timeout: float = 10.0) -> Self:
         from .redis_server import _pdeathsig_preexec
 
         if self.status_path is None:
             import tempfile
 
             self.status_path = Path(tempfile.mkdtemp(prefix="leased-proxy-")) / "status.json"
-        cmd = [sys.executable, "-m", "tests.support.proxy", "--target-port",
+        cmd = [sys.executable, "-m", self.MODULE, "--target-port",
                str(self.target_port), "--drops", str(self.drops), "--every", str(self.every),
-               "--status", str(self.status_path)]
-        for sha in self.shas:
-            cmd += ["--sha", sha]
+               "--status", str(self.status_path), *self.extra_args()]
         root = Path(__file__).resolve().parents[2]
         self.proc = subprocess.Popen(cmd, cwd=str(root), stdout=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, preexec_fn=_pdeathsig_preexec())

@@ -28,10 +28,12 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
+from typing_extensions import Self
 
 from .redis_server import RedisServer, _PortInUse, find_redis_server, free_port
 
@@ -76,34 +78,42 @@ def find_redis_cli(server: str | None = None) -> str:
 # --------------------------------------------------------------------------- Sentinel
 
 
+@dataclass(frozen=True)
+class Watch:
+    """The master a sentinel watches, and how."""
+
+    master_port: int
+    quorum: int
+    down_after_ms: int
+    failover_timeout_ms: int
+    master_name: str = SENTINEL_MASTER
+    auth_pass: str | None = None
+
+
 class SentinelServer(RedisServer):
     """``redis-server sentinel.conf --sentinel`` watching one master."""
 
-    def __init__(self, master_port: int, *, quorum: int, down_after_ms: int,
-                 failover_timeout_ms: int, master_name: str = SENTINEL_MASTER,
-                 auth_pass: str | None = None, password: str | None = None) -> None:
+    def __init__(self, master_port: int, *, password: str | None = None,
+                 **watch: Any) -> None:
         super().__init__(password=password)
-        self.master_port = master_port
-        self.master_name = master_name
-        self.quorum = quorum
-        self.down_after_ms = down_after_ms
-        self.failover_timeout_ms = failover_timeout_ms
-        self.auth_pass = auth_pass
+        #: what it watches and how: ``Watch``'s fields
+        self.watch = Watch(master_port, **watch)
+        self.master_name = self.watch.master_name
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
     def _write_config(self) -> Path:
-        name = self.master_name
+        name, w = self.master_name, self.watch
         lines = self._base_config() + [
-            f"sentinel monitor {name} 127.0.0.1 {self.master_port} {self.quorum}",
-            f"sentinel down-after-milliseconds {name} {self.down_after_ms}",
-            f"sentinel failover-timeout {name} {self.failover_timeout_ms}",
+            f"sentinel monitor {name} 127.0.0.1 {w.master_port} {w.quorum}",
+            f"sentinel down-after-milliseconds {name} {w.down_after_ms}",
+            f"sentinel failover-timeout {name} {w.failover_timeout_ms}",
             f"sentinel parallel-syncs {name} 1",
         ]
-        if self.auth_pass:
-            lines.append(f"sentinel auth-pass {name} {self.auth_pass}")
+        if w.auth_pass:
+            lines.append(f"sentinel auth-pass {name} {w.auth_pass}")
         if self.password:  # clients and the other sentinels authenticate with it
             lines += [f"requirepass {self.password}", f"sentinel sentinel-pass {self.password}"]
         conf = self.dir / "sentinel.conf"
@@ -133,21 +143,19 @@ class SentinelGroup:
     """A master, ``replicas`` replicas and ``sentinels`` sentinels (quorum: a majority)."""
 
     def __init__(self, replicas: int = 2, sentinels: int = 3, *, password: str | None = None,
-                 sentinel_password: str | None = None, down_after_ms: int = 1000,
-                 failover_timeout_ms: int = 10_000, appendonly: bool = False,
-                 master_name: str = SENTINEL_MASTER) -> None:
-        self.n_replicas = replicas
-        self.n_sentinels = sentinels
-        self.password = password
-        self.sentinel_password = sentinel_password
-        self.down_after_ms = down_after_ms
-        self.failover_timeout_ms = failover_timeout_ms
+                 sentinel_password: str | None = None, appendonly: bool = False,
+                 **watch: Any) -> None:
+        self.n_replicas, self.n_sentinels = replicas, sentinels
+        self.password, self.sentinel_password = password, sentinel_password
         self.appendonly = appendonly
-        self.master_name = master_name
+        #: how the sentinels watch the master (``Watch``'s fields but its port and quorum)
+        self.watch: dict[str, Any] = {"down_after_ms": 1000, "failover_timeout_ms": 10_000,
+                                      "master_name": SENTINEL_MASTER, **watch}
+        self.master_name: str = self.watch["master_name"]
         self.servers: list[RedisServer] = []  # data nodes: the first master, then replicas
         self.sentinels: list[SentinelServer] = []
 
-    def start(self, timeout: float = 30) -> SentinelGroup:
+    def start(self, timeout: float = 30) -> Self:
         try:
             master = RedisServer(appendonly=self.appendonly, password=self.password,
                                  extra_config=dict(FAST_REPL)).start()
@@ -161,9 +169,8 @@ class SentinelGroup:
             quorum = self.n_sentinels // 2 + 1
             for _ in range(self.n_sentinels):
                 self.sentinels.append(SentinelServer(
-                    master.port, quorum=quorum, down_after_ms=self.down_after_ms,
-                    failover_timeout_ms=self.failover_timeout_ms, master_name=self.master_name,
-                    auth_pass=self.password, password=self.sentinel_password).start())
+                    master.port, quorum=quorum, auth_pass=self.password,
+                    password=self.sentinel_password, **self.watch).start())
             wait_until(self._sentinels_know_everything, timeout,
                        "sentinels that know every replica and each other")
         except BaseException:
@@ -254,6 +261,12 @@ class SentinelGroup:
         for srv in self.sentinels + self.servers:
             srv.close()
 
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 # --------------------------------------------------------------------------- Cluster
 
@@ -307,10 +320,14 @@ class RedisCluster:
         self.nodes: list[ClusterNodeServer] = []
         self.cli = find_redis_cli()
 
-    def start(self, timeout: float = 60) -> RedisCluster:
+    def new_node(self) -> ClusterNodeServer:
+        """A node of this cluster, not started."""
+        return ClusterNodeServer(self.node_timeout_ms, self.password)
+
+    def start(self, timeout: float = 60) -> Self:
         try:
             for _ in range(self.n_masters * (1 + self.n_replicas)):
-                self.nodes.append(ClusterNodeServer(self.node_timeout_ms, self.password).start())
+                self.nodes.append(self.new_node().start())
             cmd = [self.cli, "--cluster", "create", *(n.address for n in self.nodes),
                    "--cluster-replicas", str(self.n_replicas), "--cluster-yes"]
             env = dict(os.environ)
@@ -490,3 +507,43 @@ class RedisCluster:
     def close(self) -> None:
         for n in self.nodes:
             n.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SlotMove:
+    """One hash slot moved by hand from the master ``source`` to the master ``dest``, as
+    ``redis-cli --cluster reshard`` moves it: ``begin`` marks it IMPORTING / MIGRATING
+    and moves the keys named (the others stay behind: ASK for the moved ones, TRYAGAIN
+    for a command spanning both), ``finish`` moves the rest and gives the slot to
+    ``dest`` on the masters named."""
+
+    def __init__(self, slot: int, source: ClusterNodeServer, dest: ClusterNodeServer) -> None:
+        self.slot, self.source, self.dest = slot, source, dest
+        self.src, self.dst = source.client(), dest.client()
+
+    def begin(self, *keys: str) -> None:
+        self.dst.execute_command("CLUSTER", "SETSLOT", self.slot, "IMPORTING",
+                                 self.source.node_id())
+        self.src.execute_command("CLUSTER", "SETSLOT", self.slot, "MIGRATING",
+                                 self.dest.node_id())
+        self._migrate(list(keys))
+        assert self.dst.execute_command("CLUSTER", "COUNTKEYSINSLOT", self.slot) == len(keys)
+
+    def _migrate(self, keys: list[Any]) -> None:
+        self.src.execute_command("MIGRATE", "127.0.0.1", self.dest.port, "", 0, 5000,
+                                 "KEYS", *keys)
+
+    def finish(self, masters: list[ClusterNodeServer]) -> None:
+        while keys := self.src.execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, 100):
+            self._migrate(keys)
+        for node in masters:
+            c = node.client()
+            try:
+                c.execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", self.dest.node_id())
+            finally:
+                c.close()

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from typing_extensions import Self
 
 from .redis_ha import (
     FAST_REPL,
@@ -146,7 +146,7 @@ class TLSSentinelGroup(SentinelGroup):
         super().__init__(replicas, sentinels, **kwargs)
         self.tls = tls
 
-    def start(self, timeout: float = 30) -> TLSSentinelGroup:
+    def start(self, timeout: float = 30) -> Self:
         try:
             master = _with_tls(RedisServer(extra_config=dict(FAST_REPL)), self.tls).start()
             self.servers.append(master)
@@ -159,9 +159,7 @@ class TLSSentinelGroup(SentinelGroup):
             for _ in range(self.n_sentinels):
                 self.sentinels.append(TLSSentinelServer(
                     self.tls, master.tls_port,  # type: ignore[attr-defined]
-                    quorum=self.n_sentinels // 2 + 1, down_after_ms=self.down_after_ms,
-                    failover_timeout_ms=self.failover_timeout_ms,
-                    master_name=self.master_name).start())
+                    quorum=self.n_sentinels // 2 + 1, **self.watch).start())
             wait_until(self._sentinels_know_everything, timeout,
                        "sentinels that know every replica and each other over TLS")
         except BaseException:
@@ -189,24 +187,10 @@ class TLSCluster(RedisCluster):
         super().__init__(masters, replicas, **kwargs)
         self.tls = tls
 
-    def start(self, timeout: float = 60) -> TLSCluster:
-        try:
-            for _ in range(self.n_masters * (1 + self.n_replicas)):
-                node = ClusterNodeServer(self.node_timeout_ms)
-                _with_tls(node, self.tls).extra_config["tls-cluster"] = "yes"
-                self.nodes.append(node.start())
-            cmd = [self.cli, "--cluster", "create", *(n.address for n in self.nodes),
-                   "--cluster-replicas", str(self.n_replicas), "--cluster-yes"]
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                 env=dict(os.environ))
-            if out.returncode != 0 or "[OK] All 16384 slots covered" not in out.stdout:
-                raise RuntimeError(f"redis-cli --cluster create failed ({out.returncode}):\n"
-                                   f"{out.stdout}\n{out.stderr}")
-            self.wait_ok(timeout)
-        except BaseException:
-            self.close()
-            raise
-        return self
+    def new_node(self) -> ClusterNodeServer:
+        node = ClusterNodeServer(self.node_timeout_ms)
+        _with_tls(node, self.tls).extra_config["tls-cluster"] = "yes"
+        return node
 
     @property
     def url(self) -> str:

@@ -289,6 +289,15 @@ class WorkerFactory:
         path.mkdir()
         return {"TEST_BARRIER_DIR": str(path), "TEST_BARRIER_SIZE": n}
 
+    def fleet(self, n: int, redis_url: str | None, crawl_id: str | None, start_url: str,
+              settings: Mapping[str, Any] | None = None, prefix: str = "w",
+              **kwargs: Any) -> list[Worker]:
+        """``n`` workers (named ``w0``, ``w1``...) started together: they wait for each
+        other at the barrier (``barrier``), so they share one run of the crawl."""
+        together = {**(settings or {}), **self.barrier(n)}
+        return [self(redis_url, crawl_id, start_url, settings=together, name=f"{prefix}{i}",
+                     **kwargs) for i in range(n)]
+
     def all_items(self) -> list[dict[str, Any]]:
         """Items recorded by every worker started so far."""
         return [it for w in self.workers for it in w.items()]

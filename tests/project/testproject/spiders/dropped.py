@@ -17,6 +17,8 @@ from typing import Any
 
 import scrapy
 
+from ._base import StartUrlSpider
+
 
 class Opaque:
     """An object the codec cannot store (not an item, not JSON)."""
@@ -38,14 +40,8 @@ def bad_requests(pages: int) -> tuple[dict[str, str], int]:
     return letters, drops
 
 
-class DroppedSpider(scrapy.Spider):
+class DroppedSpider(StartUrlSpider):
     name = "dropped"
-
-    def __init__(self, start_url: str = "", worker: str | None = None, *args: Any,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.start_urls = [start_url]
-        self.worker = worker
 
     def parse(self, response: scrapy.http.Response) -> Any:
         i = int(response.url.rsplit("/", 1)[1])

@@ -16,6 +16,8 @@ from typing import Any
 
 import scrapy
 
+from ._base import StartUrlSpider
+
 
 class Prio(enum.IntEnum):
     HIGH = 5
@@ -45,14 +47,8 @@ BAD_CHILDREN: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-class EdgesInputsSpider(scrapy.Spider):
+class EdgesInputsSpider(StartUrlSpider):
     name = "edges_inputs"
-
-    def __init__(self, start_url: str = "", worker: str | None = None, *args: Any,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.start_urls = [start_url]
-        self.worker = worker
 
     def parse(self, response: scrapy.http.Response) -> Any:
         if not response.url.endswith("/p/0"):
