@@ -28,11 +28,12 @@ from scrapy import Request, Spider
 from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_leased.codec import MAX_PRIORITY, Codec, PayloadError, safe_text
+from scrapy_leased.codec import MAX_PRIORITY, Codec, PayloadError
 from scrapy_leased.feed import FeedEntryError, parse_entry
 from scrapy_leased.feed.packer import RequestPacker
 from scrapy_leased.frontier import as_str
 from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.frontier.scripts import safe_text
 from scrapy_leased.meta import MAX_REVISIT_MS, META_REVISIT_AFTER, claim_token, revisit_ms
 from scrapy_leased.settings import Budgets
 from tests.test_crawl import assert_exit, stat

@@ -19,9 +19,9 @@ from typing import Any
 from redis.exceptions import RedisError
 from scrapy import Spider
 
-from ..codec import PayloadError, safe_text
+from ..codec import PayloadError
 from ..frontier import Frontier, NewRequest
-from ..frontier.scripts import WrongKeyType
+from ..frontier.scripts import WrongKeyType, safe_text
 from .format import FeedEntryError, FeedRequest, parse_entry, parse_scrapy_redis_entry
 from .packer import RequestPacker
 

@@ -31,7 +31,8 @@ from typing import Any
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..codec import MAX_PRIORITY, safe_text, unencodable
+from ..codec import MAX_PRIORITY, unencodable
+from ..frontier.scripts import safe_text
 from ..meta import shown
 
 #: The fields of an entry, with the JSON type each must have.

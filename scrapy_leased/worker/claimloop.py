@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from .._supervise import PartFailed
-from ..codec import safe_text
 from ..frontier import RUNNING, Budget, ClaimResult, Failure, Revisit
-from ..frontier.scripts import WrongKeyType
+from ..frontier.scripts import WrongKeyType, safe_text
 from ..meta import META_CLAIM, META_FREE_SINCE, revisit_ms
 from ._claimbook import Claim
 from ._leasekeeper import running

@@ -24,7 +24,8 @@ from typing import Any
 
 from scrapy import Request, Spider
 
-from ..codec import Codec, PayloadError, safe_text
+from ..codec import Codec, PayloadError
+from ..frontier.scripts import safe_text
 
 #: Field prefix of these letters in the ``dead`` HASH
 FIELD_PREFIX = "dropped:"
