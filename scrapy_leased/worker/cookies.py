@@ -40,7 +40,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http.cookies import CookieJar
 from scrapy.utils.python import to_unicode
 
-from ..frontier.scripts import as_str, register
+from ..frontier.scripts import Scripts, as_str
 from ..runtime import worker_of
 from ..settings import config_for
 
@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: worker/lua/cookies_set.lua: the fleet's cookie jars
+SCRIPTS = Scripts("scrapy_leased.worker", {"cookies_set": ("lib_time",)})
 VERSION_FIELD = "v"  # the jar's version, in its HASH (lua/cookies_set.lua)
 #: A ``meta['cookiejar']`` whose JSON is longer is named by its SHA-1 in Redis.
 MAX_JAR_NAME = 200
@@ -140,7 +142,7 @@ class CookieStore:
         self.client = client
         self.keys = keys
         self.stats = stats
-        self.script = register(client, "cookies_set")["cookies_set"]
+        self.script = SCRIPTS.register(client, "cookies_set")["cookies_set"]
         self.shared: dict[str, SharedJar] = {}
         self._warned: set[str] = set()
 

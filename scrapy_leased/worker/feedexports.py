@@ -50,7 +50,7 @@ from w3lib.url import file_uri_to_path
 
 from .._compat import apply_uri_params
 from ..frontier.keys import CrawlKeys
-from ..frontier.scripts import as_str, register
+from ..frontier.scripts import Scripts, as_str
 from ..runtime import worker_of
 from ..settings import config_for
 
@@ -61,6 +61,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: worker/lua/exports_enter.lua: a worker's feed files, unless another live worker has them
+SCRIPTS = Scripts("scrapy_leased.worker", {"exports_enter": ("lib_time",)})
 #: The feed URI parameter naming the worker: ``FEEDS = {"items-%(worker)s.jsonl": ...}``
 WORKER_PARAM = "worker"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -302,7 +304,7 @@ async def claim_paths(client: Any, keys: CrawlKeys, worker_id: str, worker_ttl_m
     of them (lua/exports_enter.lua): then raise FeedCollisionError (this worker has left
     the registry). A worker on this host whose process is gone (killed) is not taken for
     alive."""
-    script = register(client, "exports_enter")["exports_enter"]
+    script = SCRIPTS.register(client, "exports_enter")["exports_enter"]
     host = socket.gethostname()
     gone: list[str] = []
     while True:
