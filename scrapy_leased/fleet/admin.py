@@ -23,7 +23,7 @@ from typing import Any
 from .._redis.scan import keys_with_prefix, scan_batches, server_info
 from ..frontier import CONTROL_STATES, Envelope, Frontier, NewRequest
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys, tier_code
-from ..frontier.machine import HALF_LIFE_FIELD, SEEN_TTL_FIELD
+from ..frontier.model import HALF_LIFE_FIELD, SEEN_TTL_FIELD
 from ..frontier.scripts import Scripts, as_str, pairs, read_atomic, register
 from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
 from .snapshot import ControlState, LaneState, Snapshot, WorkerState

@@ -9,8 +9,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from ..frontier.keys import ExtraKeys
-from ..frontier.machine import GEN_ATTEMPTS, SEEN_GEN_RE
 from ..frontier.scripts import Scripts
+from ..frontier.seengen import GEN_ATTEMPTS, SEEN_GEN_RE
 from .admin import BATCH, FleetAdmin
 
 #: fleet/lua/mark_seen.lua (scrapy leased from-scrapy-redis --seen-urls)
