@@ -18,7 +18,7 @@ Round trips: ``INFO commandstats`` after the run (statistics reset before it) co
 every command Redis executed, including the ones a Lua script runs with
 ``redis.call``, each under its own name. The commands the clients SENT are EVALSHA,
 EVAL and SCRIPT plus every other command *no script of scrapy_leased calls* (the names
-are read from ``scrapy_leased/lua/*.lua``); commands whose name a script calls are
+are read from ``scrapy_leased/**/lua/*.lua``); commands whose name a script calls are
 counted as run inside scripts. With no EVAL/EVALSHA at all (scrapy-redis) every command
 was sent by a client. The harness's CONFIG RESETSTAT and INFO cpu are left out (its
 final INFO is not in its own output). A MULTI/EXEC
@@ -53,7 +53,7 @@ from scrapy_leased.testing.process import SiteProcess  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 PROJECT = REPO_ROOT / "benchmarks" / "project"
-LUA_DIR = REPO_ROOT / "scrapy_leased" / "frontier" / "lua"
+PACKAGE_DIR = REPO_ROOT / "scrapy_leased"  # each part's scripts in its lua/
 SCRIPT_CALLERS = {"evalsha", "eval", "evalsha_ro", "eval_ro", "script", "fcall", "fcall_ro"}
 _CALL_RE = re.compile(r"(?:redis\.p?call\(|batch_call\(|pcall\(redis\.call,)\s*'([A-Za-z]+)'")
 
@@ -61,7 +61,7 @@ _CALL_RE = re.compile(r"(?:redis\.p?call\(|batch_call\(|pcall\(redis\.call,)\s*'
 def script_command_names() -> set[str]:
     """Every command name a scrapy_leased Lua script calls."""
     names: set[str] = set()
-    for path in LUA_DIR.glob("*.lua"):
+    for path in PACKAGE_DIR.rglob("*.lua"):
         names.update(m.lower() for m in _CALL_RE.findall(path.read_text(encoding="utf-8")))
     return names
 

@@ -499,7 +499,7 @@ def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
          "a command a Lua script runs with `redis.call` in `INFO commandstats` under that "
          "command's own name, exactly like one a client sends. So a command counts as "
          "sent by a client when it is EVALSHA/EVAL/SCRIPT, or when no script of "
-         "scrapy_leased calls that command (names read from `scrapy_leased/lua/*.lua`); "
+         "scrapy_leased calls that command (names read from `scrapy_leased/**/lua/*.lua`); "
          "the commands scripts call are counted as run inside them. scrapy_leased's "
          "Python code sends only EVALSHA while crawling (plus HELLO/PING per new "
          "connection and HSETNX/HGET once at start; that one HGET per worker is counted as "

@@ -24,8 +24,8 @@ from scrapy.settings import Settings
 from scrapy_leased._redis.connection import make_client
 from scrapy_leased.addon import Addon
 from scrapy_leased.frontier.keys import CrawlKeys
-from scrapy_leased.frontier.scripts import register
 from scrapy_leased.worker.cookies import (
+    SCRIPTS,
     CookieStore,
     LeasedCookiesMiddleware,
     cookie_field,
@@ -193,7 +193,7 @@ def test_cookies_set_validates_before_writing_and_prunes_by_redis_time(redis_ser
     """lua/cookies_set.lua: one malformed entry and nothing is written; a cookie whose
     expiry (Redis time) is past is pruned; every write raises the version."""
     r = redis_server.client()
-    script = register(r, "cookies_set")["cookies_set"]
+    script = SCRIPTS.register(r, "cookies_set")["cookies_set"]
     key = CrawlKeys(crawl_id).cookie_jar("null")
     now = int(r.time()[0])
 

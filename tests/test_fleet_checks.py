@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from scrapy_leased.frontier.keys import CrawlKeys
-from scrapy_leased.frontier.scripts import script_source
+from scrapy_leased.observe.stats import SCRIPTS
 from tests.test_crawl import WAIT, assert_exit
 
 pytest.importorskip("spidermon")
@@ -207,8 +207,8 @@ class Fleet:
         self.r = r
         self.k = CrawlKeys(crawl)
         self.ttl = worker_ttl_ms
-        self._open = r.register_script(script_source("fleet_open"))
-        self._close = r.register_script(script_source("fleet_close"))
+        self._open = r.register_script(SCRIPTS.source("fleet_open"))
+        self._close = r.register_script(SCRIPTS.source("fleet_close"))
         r.hset(self.k.fleet_stats, mapping={"item_scraped_count": 7})
 
     def open(self, worker: str) -> None:

@@ -14,9 +14,8 @@ from datetime import datetime, timezone
 import pytest
 
 from scrapy_leased._redis.connection import make_client
-from scrapy_leased.fleet.stats import StatsFlusher, decode_fleet_stats
+from scrapy_leased.fleet.stats import SCRIPTS, StatsFlusher, decode_fleet_stats
 from scrapy_leased.frontier.keys import CrawlKeys
-from scrapy_leased.frontier.scripts import script_source
 from tests.support.proxy import ProxyProcess
 from tests.support.redis_server import RedisServer
 from tests.test_commands import status_json
@@ -73,7 +72,7 @@ def test_deltas_added_maxima_kept_times_first_and_last(redis_server, crawl_id):
 def test_a_flush_sent_again_is_applied_once(redis_server, crawl_id):
     r = redis_server.client()
     keys = CrawlKeys(crawl_id)
-    script = r.register_script(script_source("stats_flush"))
+    script = r.register_script(SCRIPTS.source("stats_flush"))
     args = [1, 60_000, "i", "item_scraped_count", 5, "f", "x", "0.5", "max", "m", 3]
     assert script(keys=[keys.fleet_stats, keys.stats_seq("w")], args=args) == 1
     assert script(keys=[keys.fleet_stats, keys.stats_seq("w")], args=args) == 0
@@ -89,7 +88,7 @@ def test_a_flush_sent_again_is_applied_once(redis_server, crawl_id):
 def test_a_lost_reply_does_not_count_twice(tmp_path, crawl_id):
     """The proxy closes the connection instead of forwarding the flush's reply: redis-py
     sends the same call again (same seq), which Redis answers without adding again."""
-    sha = hashlib.sha1(script_source("stats_flush").encode()).hexdigest()
+    sha = hashlib.sha1(SCRIPTS.source("stats_flush").encode()).hexdigest()
     with RedisServer() as server, ProxyProcess(server.port, drops=2, every=1, shas=[sha],
                                                status_path=tmp_path / "proxy.json") as proxy:
         f = flush_all(proxy.url, crawl_id, "w", [{"item_scraped_count": 5},

@@ -4,10 +4,14 @@ names them, replies read by name, the guard, the tier cache and the seen generat
 from __future__ import annotations
 
 import asyncio
+import importlib
+import pkgutil
+from pathlib import Path
 
 import pytest
 from redis.exceptions import ResponseError
 
+import scrapy_leased
 from scrapy_leased.frontier import NO_BUDGET, NO_LIMITS, Envelope, Failure, NewRequest
 from scrapy_leased.frontier.calls import CommitCall, FeedCommitCall
 from scrapy_leased.frontier.claimcall import ClaimCall, ClaimReply
@@ -15,7 +19,7 @@ from scrapy_leased.frontier.guard import Guard
 from scrapy_leased.frontier.keys import CrawlKeys, tier_code
 from scrapy_leased.frontier.layout import Recorded
 from scrapy_leased.frontier.reply import Reader, fixed_keys
-from scrapy_leased.frontier.scripts import header_keys, keys_in_header
+from scrapy_leased.frontier.scripts import Scripts, header_keys, keys_in_header
 from scrapy_leased.frontier.seengen import SeenGenerations
 from scrapy_leased.frontier.tiers import TierCache
 from scrapy_leased.frontier.upkeep import Expired, Renewed, parse_feed_batch
@@ -57,6 +61,38 @@ def test_keys_in_header_reads_the_opening_comments_only():
     with pytest.raises(ValueError, match="does not name KEYS"):
         keys_in_header("-- KEYS[1] lanes  KEYS[3] todo\n", "x.lua")
     assert keys_in_header("-- no keys\n", "x.lua") == ()
+
+
+def _registries() -> list[Scripts]:
+    """Every Scripts of the package's modules, once each."""
+    out: dict[int, Scripts] = {}
+    for info in pkgutil.walk_packages(scrapy_leased.__path__, "scrapy_leased."):
+        for value in vars(importlib.import_module(info.name)).values():
+            if isinstance(value, Scripts):
+                out[id(value)] = value
+    return list(out.values())
+
+
+def test_every_script_is_run_by_the_package_it_sits_in():
+    """Each lua/NAME.lua (but the frontier's helpers) is named by one Scripts of the
+    package whose lua/ folder holds it, and every helper a Scripts names exists."""
+    root = Path(scrapy_leased.__file__).parent
+    on_disk = {(".".join(("scrapy_leased", *p.parent.parent.relative_to(root).parts)), p.stem)
+               for p in root.rglob("lua/*.lua") if not p.stem.startswith("lib_")}
+    named: list[tuple[str, str]] = []
+    for registry in _registries():
+        named += [(registry.package, name) for name in registry.libs]
+        for libs in registry.libs.values():
+            assert all((root / "frontier" / "lua" / f"{lib}.lua").is_file() for lib in libs)
+    assert sorted(named) == sorted(on_disk)
+
+
+def test_a_script_of_another_package_is_not_found_by_name():
+    fleet = next(r for r in _registries() if "stats_flush" in r.libs)
+    with pytest.raises(KeyError, match="claim.lua is not among the scripts of scrapy_leased.fleet"):
+        fleet.source("claim")
+    assert fleet.source("stats_flush").startswith("#!lua")
+    assert "function apply_stats" in fleet.source("stats_flush")
 
 
 def test_reader_refuses_a_short_reply():

@@ -178,10 +178,10 @@ def test_throttle_share_validates_before_writing_and_ages_by_redis_time(redis_se
     """lua/throttle_share.lua: a write and a read in one call; a malformed call writes
     nothing; an entry older than the maximum age (Redis time) is neither returned nor
     kept."""
-    from scrapy_leased.frontier.scripts import register
+    from scrapy_leased.worker._throttleshare import SCRIPTS
 
     r = redis_server.client()
-    script = register(r, "throttle_share")["throttle_share"]
+    script = SCRIPTS.register(r, "throttle_share")["throttle_share"]
     key = CrawlKeys(crawl_id).throttle
     assert script(keys=[key], args=[60000, 2, 2, "a", "0.25", "b", "1.5", "a", "c"]) \
         == [b"a", b"0.25", b"c", None]

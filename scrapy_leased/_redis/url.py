@@ -92,7 +92,7 @@ class RedisTarget:
     sentinel_username: str | None = None
     sentinel_password: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    #: WAIT for this many replicas after the writes a worker acts on (scripts.WAITED)
+    #: WAIT for this many replicas after the writes a worker acts on (Scripts.waited)
     wait_replicas: int = 0
     tls: bool = False  # rediss+sentinel://, rediss+cluster:// (rediss:// is redis-py's)
 

@@ -23,12 +23,17 @@ from typing import Any
 from .._redis.scan import keys_with_prefix, scan_batches, server_info
 from ..frontier import CONTROL_STATES, Envelope, Frontier, NewRequest
 from ..frontier.keys import KEY_PREFIX, CrawlKeys, ExtraKeys, tier_code
-from ..frontier.machine import HALF_LIFE_FIELD, SEEN_TTL_FIELD
-from ..frontier.scripts import as_str, pairs, read_atomic, register
+from ..frontier.model import HALF_LIFE_FIELD, SEEN_TTL_FIELD
+from ..frontier.scripts import Scripts, as_str, pairs, read_atomic, register
 from ..ratelimit.state import HALF_LIFE_MS, RATE_FIELDS, RateState
 from .snapshot import ControlState, LaneState, Snapshot, WorkerState
 from .stats import decode_fleet_stats
 
+#: fleet/lua/: ``scrapy leased dead --requeue`` and ``--purge``, ``pause``, ``resume``,
+#: ``stop``, ``forget``
+SCRIPTS = Scripts("scrapy_leased.fleet", {
+    "requeue_dead": ("lib_envelope", "lib_settle"), "purge_dead": (), "control": ("lib_time",),
+    "forget": ()})
 #: Throughput is read from the ``throughput`` HASH (10-second buckets of Redis time,
 #: kept by commit.lua): the current bucket and the 5 before it, i.e. the last 50-60 s,
 #: from the oldest of them that has requests done.
@@ -121,7 +126,8 @@ class FleetAdmin:
         self.half_life_ms = half_life_ms
         self.frontier = Frontier(client, keys, lease_ms=lease_ms, max_attempts=max_attempts,
                                  half_life_ms=half_life_ms)
-        self._s = register(client, "requeue_dead", "purge_dead", "read", "control", "forget")
+        self._s = {**register(client, "read"),
+                   **SCRIPTS.register(client, "requeue_dead", "purge_dead", "control", "forget")}
 
     # -- reading ---------------------------------------------------------------------
 

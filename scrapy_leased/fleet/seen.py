@@ -9,9 +9,12 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from ..frontier.keys import ExtraKeys
-from ..frontier.machine import GEN_ATTEMPTS, SEEN_GEN_RE
-from ..frontier.scripts import register
+from ..frontier.scripts import Scripts
+from ..frontier.seengen import GEN_ATTEMPTS, SEEN_GEN_RE
 from .admin import BATCH, FleetAdmin
+
+#: fleet/lua/mark_seen.lua (scrapy leased from-scrapy-redis --seen-urls)
+SCRIPTS = Scripts("scrapy_leased.fleet", {"mark_seen": ("lib_time",)})
 
 
 async def mark_seen(admin: FleetAdmin, entries: Sequence[tuple[int, int]],
@@ -22,7 +25,7 @@ async def mark_seen(admin: FleetAdmin, entries: Sequence[tuple[int, int]],
     of these fingerprints is skipped when it is sent later (unless ``dont_filter``).
     Records the seen-set layout for a new crawl; refuses a different one."""
     await admin.frontier.check_layout(seen_bucket_bits, seen_ttl_ms)
-    script = register(admin.client, "mark_seen")["mark_seen"]
+    script = SCRIPTS.register(admin.client, "mark_seen")["mark_seen"]
     k = admin.keys
     out: list[bool] = []
     for i in range(0, len(entries), BATCH):

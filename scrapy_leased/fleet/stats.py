@@ -29,8 +29,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..frontier.keys import CrawlKeys
-from ..frontier.scripts import register
+from ..frontier.scripts import Scripts
 
+#: fleet/lua/stats_flush.lua, with the frontier's lib_stats.lua
+SCRIPTS = Scripts("scrapy_leased.fleet", {"stats_flush": ("lib_stats",)})
 #: How long Redis keeps a worker's last flush number: far longer than a resend takes.
 SEQ_TTL_MS = 3_600_000
 FIRST = {"start_time"}  # datetimes kept as the first
@@ -80,7 +82,7 @@ class StatsFlusher:
         self.client = client
         self.keys = keys
         self.worker_id = worker_id
-        self._script = register(client, "stats_flush")["stats_flush"]
+        self._script = SCRIPTS.register(client, "stats_flush")["stats_flush"]
         self._sent: dict[str, Any] = {}  # values as of the last flush composed
         self._refused: set[str] = set()  # stats warned of (stat_in_range)
         self._seq = 0

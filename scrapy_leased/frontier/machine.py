@@ -10,6 +10,7 @@ reply layout (claimcall.py, calls.py, upkeep.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, InitVar, dataclass
 from typing import Any, Generic, TypeVar, overload
 
 from redis.exceptions import RedisError
@@ -22,15 +23,10 @@ from .guard import Guard
 from .keys import CrawlKeys
 from .layout import LayoutCheck
 from .model import (
-    CONTROL_STATES,
     HALF_LIFE_FIELD,
     NO_BUDGET,
     NO_LIMITS,
-    PAUSED,
-    REASON_CHARS,
     RUNNING,
-    SEEN_TTL_FIELD,
-    STOPPING,
     Budget,
     ClaimResult,
     CloseLimits,
@@ -41,15 +37,9 @@ from .model import (
     Revisit,
 )
 from .scripts import read_atomic, register
-from .seengen import GEN_ATTEMPTS, SEEN_GEN_RE, SeenGenerations
-from .tiers import TIER_CACHE_LANES, TierCache
+from .seengen import SeenGenerations
+from .tiers import TierCache
 from .workerid import new_worker_id
-
-#: What this module held before its parts moved out, still importable from here
-__all__ = ["CLAIM_ATTEMPTS", "CONTROL_STATES", "GEN_ATTEMPTS", "HALF_LIFE_FIELD", "NO_BUDGET",
-           "NO_LIMITS", "PAUSED", "REASON_CHARS", "RUNNING", "SEEN_GEN_RE", "SEEN_TTL_FIELD",
-           "STOPPING", "TIER_CACHE_LANES", "Budget", "ClaimResult", "CloseLimits",
-           "CommitResult", "Failure", "FeedBatch", "Frontier", "NewRequest", "Revisit"]
 
 T = TypeVar("T")
 
@@ -78,7 +68,31 @@ def _lane_and_token(item: int | tuple[int, str]) -> tuple[int, str]:
     return (item, "") if isinstance(item, int) else item
 
 
-class Frontier:
+@dataclass(eq=False)
+class _Settings:
+    """What a Frontier is made with, each kept as its attribute of that name but
+    ``caller``, which its guard keeps. A base of its own: the Frontier's attributes kept
+    by its parts (``caller``, ``epoch``, ...) are descriptors a dataclass would take for
+    fields."""
+
+    client: Any
+    keys: CrawlKeys
+    _: KW_ONLY
+    lease_ms: int
+    max_attempts: int
+    recover_batch: int = 500
+    half_life_ms: int = 30_000
+    ready_lanes: int = 32
+    caller: InitVar[str | None] = None
+    prune_ms: int = 0  # renewals prune registry entries silent this long (0: never)
+    limits: CloseLimits = NO_LIMITS
+
+    def __post_init__(self, caller: str | None) -> None:
+        """Called by the __init__ made here: the Frontier builds its parts."""
+        raise NotImplementedError
+
+
+class Frontier(_Settings):
     """The crawl's state machine for one caller (a worker, or an admin command).
 
     Rollbacks and lost replies (lua/lib_guard.lua, guard.py): every claim, commit,
@@ -106,29 +120,17 @@ class Frontier:
     seen_gen: _Via[int | None] = _Via("generations", "gen")
     on_seen_gen: _Via[Callable[[int, int], None] | None] = _Via("generations", "on_change")
 
-    def __init__(self, client: Any, keys: CrawlKeys, *, lease_ms: int, max_attempts: int,
-                 recover_batch: int = 500, half_life_ms: int = 30_000,
-                 ready_lanes: int = 32, caller: str | None = None,
-                 prune_ms: int = 0, limits: CloseLimits = NO_LIMITS) -> None:
-        self.client = client
-        self.keys = keys
-        self.lease_ms = lease_ms
-        self.max_attempts = max_attempts
-        self.recover_batch = recover_batch
-        self.half_life_ms = half_life_ms
-        self.ready_lanes = ready_lanes
-        self.prune_ms = prune_ms  # renewals prune registry entries silent this long (0: never)
-        self.limits = limits
+    def __post_init__(self, caller: str | None) -> None:
         #: Called with the control state each claim and renewal reports (keys.py: control)
         self.on_control: Callable[[str], None] | None = None
-        self._s = register(client, "claim", "commit", "expired", "recover", "renew", "release",
-                           "acquire", "penalize", "read", "feed_take", "feed_commit", "layout",
-                           "revisit", "key_aside")
-        self.guard = Guard(keys, caller or new_worker_id())
-        self.generations = SeenGenerations(client)
+        self._s = register(self.client, "claim", "commit", "expired", "recover", "renew",
+                           "release", "acquire", "penalize", "read", "feed_take",
+                           "feed_commit", "layout", "revisit", "key_aside")
+        self.guard = Guard(self.keys, caller or new_worker_id())
+        self.generations = SeenGenerations(self.client)
         self.tiers = TierCache()
-        self.layout = LayoutCheck(client, keys, self._s["layout"])
-        self.claims = ClaimCall(self._s["claim"], keys, self.guard, self.tiers)
+        self.layout = LayoutCheck(self.client, self.keys, self._s["layout"])
+        self.claims = ClaimCall(self._s["claim"], self.keys, self.guard, self.tiers)
 
     def new_call_id(self) -> str:
         """A call id for a claim or commit (unique for this caller)."""

@@ -18,6 +18,11 @@ HALF_LIFE_FIELD = "rate_half_life_ms"
 #: Field of the crawl's ``meta`` HASH: the expiry of seen entries (ms, 0: never).
 SEEN_TTL_FIELD = "seen_ttl_ms"
 
+#: What the frontier package exports of these (scrapy_leased.frontier)
+__all__ = ["CONTROL_STATES", "NO_BUDGET", "NO_LIMITS", "PAUSED", "RUNNING", "STOPPING",
+           "Budget", "ClaimResult", "CloseLimits", "CommitResult", "Failure", "FeedBatch",
+           "NewRequest", "Revisit"]
+
 
 @dataclass(frozen=True)
 class NewRequest:

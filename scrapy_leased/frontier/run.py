@@ -46,17 +46,18 @@ class Fresh:
     done_before: int = 0  # requests done by the runs flushed
 
 
+@dataclass(eq=False)
 class RunMarker:
-    def __init__(self, client: Any, keys: CrawlKeys, worker_id: str, ttl_ms: int,
-                 worker_ttl_ms: int, grace_ms: int = 0) -> None:
-        self.client = client
-        self.keys = keys
-        self.worker_id = worker_id
-        self.ttl_ms = ttl_ms
-        self.worker_ttl_ms = worker_ttl_ms
-        #: LEASED_RUN_GRACE: how long an ended run stays joinable (lua/run_leave.lua)
-        self.grace_ms = grace_ms
-        self._s = register(client, "run_join", "run_seeded", "run_refresh", "run_leave",
+    client: Any
+    keys: CrawlKeys
+    worker_id: str
+    ttl_ms: int
+    worker_ttl_ms: int
+    #: LEASED_RUN_GRACE: how long an ended run stays joinable (lua/run_leave.lua)
+    grace_ms: int = 0
+
+    def __post_init__(self) -> None:
+        self._s = register(self.client, "run_join", "run_seeded", "run_refresh", "run_leave",
                            "run_flush")
 
     async def join(self) -> int:

@@ -1,5 +1,7 @@
-"""The Lua scripts, read once from ``lua/`` and registered per client (EVALSHA,
-reloaded on NOSCRIPT by redis-py).
+"""The Lua scripts, read once and registered per client (EVALSHA, reloaded on NOSCRIPT
+by redis-py). Each package keeps the scripts it runs in a ``lua/`` folder of its own
+(``Scripts``): the frontier's here, beside the shared helpers (lua/lib_*.lua) every
+package's scripts may have prepended.
 
 A script file may start with a Redis 7 shebang (``#!lua`` or ``#!lua flags=...``); it is
 kept as the first line, before the shared helpers. Every script that writes has one:
@@ -9,7 +11,7 @@ on), so a script either runs completely or changes nothing. Renewals, releases a
 purges, which only extend or remove what exists, run under OOM (``allow-oom``).
 
 On a client made with ``wait_replicas`` N in its URL (_redis/url.py), the scripts whose
-replies a worker acts on (WAITED) are followed by ``WAIT N`` on the same connection, in
+replies a worker acts on (``Scripts.waited``) are followed by ``WAIT N`` on the same connection, in
 the same round trip: their writes are on N replicas before the reply is used."""
 
 from __future__ import annotations
@@ -17,24 +19,21 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
-from functools import cache
+from collections.abc import Mapping, Sequence
 from importlib.resources import files
 from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-#: The shared helper files (lib_*.lua) each script gets prepended, in this order.
+#: The frontier's scripts (lua/ here), each with the shared helpers (lib_*.lua) it gets
+#: prepended, in this order. The other packages' scripts sit in their own lua/ (Scripts).
 LIBS: dict[str, tuple[str, ...]] = {
     "claim": ("lib_time", "lib_envelope", "lib_settle", "lib_rate", "lib_guard", "lib_batch",
               "lib_keys"),
     "commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
                "lib_batch", "lib_stats"),
-    "stats_flush": ("lib_stats",),  # fleet/stats.py
-    "fleet_open": ("lib_time",),  # observe/stats.py: a worker's final stats are to come
-    "fleet_close": ("lib_time",),  # observe/stats.py: the run's last worker (fleet_closed)
     "feed_take": ("lib_time", "lib_keys"),  # the feed (feed/drain.py): a batch taken off it
-    # layout: the seen-set layout, recorded once (Frontier.check_layout)
+    "layout": (),  # the seen-set layout, recorded once (Frontier.check_layout)
     "feed_commit": ("lib_time", "lib_envelope", "lib_settle", "lib_guard", "lib_enqueue",
                     "lib_keys"),
     "expired": ("lib_time", "lib_batch"),
@@ -44,46 +43,74 @@ LIBS: dict[str, tuple[str, ...]] = {
     "release": ("lib_envelope", "lib_settle"),
     "acquire": ("lib_time", "lib_rate"),
     "penalize": ("lib_time", "lib_rate"),
-    "requeue_dead": ("lib_envelope", "lib_settle"),  # fleet/admin.py (scrapy leased dead --requeue)
     "run_join": ("lib_time",),  # run.py: which worker seeds the run
+    "run_seeded": (),
+    "run_refresh": (),
     "run_leave": ("lib_time",),
     "run_flush": ("lib_time", "lib_keys"),  # run.py: LEASED_FLUSH_ON_START
     "worker_enter": ("lib_time",),  # workerid.py: a starting worker's id, unless in use
-    "exports_enter": ("lib_time",),  # worker/feedexports.py: its feed files, unless in use
-    "control": ("lib_time",),  # fleet/admin.py (scrapy leased pause, resume, stop)
-    "cookies_set": ("lib_time",),  # cookies.py: the fleet's cookie jars
-    "throttle_share": ("lib_time",),  # _throttleshare.py: AutoThrottle's delays
-    # forget: no helpers (fleet/admin.py, scrapy leased forget)
-    "mark_seen": ("lib_time",),  # fleet/seen.py (scrapy leased from-scrapy-redis)
-    # key_aside: no helpers (a feed or control key of the wrong type moved aside)
-    # read: several reads with the server time, atomically (read_atomic below)
+    "key_aside": (),  # a feed or control key of the wrong type moved aside
+    "read": (),  # several reads with the server time, atomically (read_atomic below)
 }
 
-
-@cache
-def script_source(name: str) -> str:
-    lua = files("scrapy_leased.frontier").joinpath("lua")
-    body = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    shebang = ""
-    if body.startswith("#!"):
-        shebang, _, body = body.partition("\n")
-        shebang += "\n"
-    parts = [lua.joinpath(f"{lib}.lua").read_text(encoding="utf-8") for lib in LIBS.get(name, ())]
-    parts.append(body)
-    return shebang + "\n".join(parts)
-
+#: The frontier's shared helpers, which every package's scripts may have prepended
+_HELPERS = files("scrapy_leased.frontier").joinpath("lua")
 
 #: A fixed key in a script's header: ``-- KEYS[3] inflight ...`` (a CrawlKeys attribute)
 HEADER_KEY = re.compile(r"KEYS\[(\d+)\]\s+([a-z_]+)\b")
 
 
-@cache
-def header_keys(name: str) -> tuple[str, ...]:
-    """The names (CrawlKeys attributes) of script ``name``'s fixed KEYS, in order, as
-    its header lists them (``keys_in_header``)."""
-    lua = files("scrapy_leased.frontier").joinpath("lua")
-    return keys_in_header(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"),
-                          f"lua/{name}.lua")
+class Scripts:
+    """One package's Lua scripts, in the ``lua/`` folder beside its modules: ``libs``
+    names each of them and the frontier's helpers (lib_*.lua) it gets prepended, in
+    order; ``waited``: those followed by WAIT on a client with ``wait_replicas``."""
+
+    def __init__(self, package: str, libs: Mapping[str, tuple[str, ...]],
+                 waited: frozenset[str] = frozenset()) -> None:
+        self.package = package
+        self.libs = dict(libs)
+        self.waited = waited
+        self._sources: dict[str, str] = {}
+        self._keys: dict[str, tuple[str, ...]] = {}
+
+    def text(self, name: str) -> str:
+        """Script ``name``'s file as written (KeyError: not one of this package's)."""
+        if name not in self.libs:
+            raise KeyError(f"{name}.lua is not among the scripts of {self.package}")
+        return files(self.package).joinpath("lua").joinpath(f"{name}.lua").read_text(
+            encoding="utf-8")
+
+    def source(self, name: str) -> str:
+        """Script ``name`` as Redis runs it: its shebang, its helpers, its body."""
+        if name not in self._sources:
+            body = self.text(name)
+            shebang = ""
+            if body.startswith("#!"):
+                shebang, _, body = body.partition("\n")
+                shebang += "\n"
+            parts = [_HELPERS.joinpath(f"{lib}.lua").read_text(encoding="utf-8")
+                     for lib in self.libs[name]]
+            parts.append(body)
+            self._sources[name] = shebang + "\n".join(parts)
+        return self._sources[name]
+
+    def header_keys(self, name: str) -> tuple[str, ...]:
+        """The names (CrawlKeys attributes) of script ``name``'s fixed KEYS, in order, as
+        its header lists them (``keys_in_header``)."""
+        if name not in self._keys:
+            self._keys[name] = keys_in_header(self.text(name), f"lua/{name}.lua")
+        return self._keys[name]
+
+    def register(self, client: Any, *names: str) -> dict[str, Any]:
+        """Scripts ``names`` registered on ``client`` (EVALSHA), by name."""
+        replicas = getattr(client, "leased_wait_replicas", 0)
+        out = {}
+        for name in names:
+            script = client.register_script(self.source(name))
+            if replicas and name in self.waited:
+                script = _WaitedScript(client, script, replicas)
+            out[name] = _TypeChecked(script) if "lib_keys" in self.libs[name] else script
+        return out
 
 
 def keys_in_header(text: str, where: str) -> tuple[str, ...]:
@@ -105,9 +132,16 @@ def keys_in_header(text: str, where: str) -> tuple[str, ...]:
     return tuple(found[i] for i in range(1, len(found) + 1))
 
 
-#: Scripts whose reply makes a worker act outside Redis: claim (the worker holds the
-#: tokens), commit (its seen cache, the acks it forgets), upsert (the item is stored).
-WAITED = frozenset({"claim", "commit", "upsert"})
+#: The frontier's scripts whose reply makes a worker act outside Redis: claim (the worker
+#: holds the tokens), commit (its seen cache, the acks it forgets); upsert/ waits for its
+#: upsert (the item is stored)
+WAITED = frozenset({"claim", "commit"})
+#: The frontier's own scripts (lua/ here)
+FRONTIER = Scripts("scrapy_leased.frontier", LIBS, WAITED)
+script_source = FRONTIER.source
+header_keys = FRONTIER.header_keys
+register = FRONTIER.register
+
 WAIT_TIMEOUT_MS = 1000  # WAIT gives up after this long and the reply is used anyway
 #: After a WAIT that timed out (replicas missing), writes go on without WAIT this long
 #: before trying again: a lost replica costs one stall per period, not one per write.
@@ -136,17 +170,6 @@ class WrongKeyType(ResponseError):
         super().__init__(
             f"Redis key {detail}: nothing was changed; delete or "
             "fix the key (the workers try again until then)")
-
-
-def register(client: Any, *names: str) -> dict[str, Any]:
-    replicas = getattr(client, "leased_wait_replicas", 0)
-    out = {}
-    for name in names:
-        script = client.register_script(script_source(name))
-        if replicas and name in WAITED:
-            script = _WaitedScript(client, script, replicas)
-        out[name] = _TypeChecked(script) if "lib_keys" in LIBS.get(name, ()) else script
-    return out
 
 
 class _TypeChecked:

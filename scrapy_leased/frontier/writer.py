@@ -39,7 +39,8 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .._supervise import OnBug, supervise
-from .machine import CommitResult, Failure, Frontier, NewRequest, Revisit
+from .machine import Frontier
+from .model import CommitResult, Failure, NewRequest, Revisit
 from .scripts import safe_text
 
 logger = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from .._cancel import cancel_and_wait
 from .._redis.connection import make_client
 from .._supervise import supervise
 from ..fleet.stats import FIRST, LAST, StatsFlusher, decode_fleet_stats
-from ..frontier.scripts import register
+from ..frontier.scripts import Scripts
 from ..runtime import crawl_stopper, worker_of
 from ..settings import LeasedConfig, config_for
 from ..signals import fleet_closed
@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: observe/lua/: a worker's final stats are to come (fleet_open), the run's last worker
+#: (fleet_close, for fleet_closed)
+SCRIPTS = Scripts("scrapy_leased.observe", {"fleet_open": ("lib_time",),
+                                            "fleet_close": ("lib_time",)})
 CLOSE_TRIES = 5  # the last flush at close is tried this many times, then given up
 #: How long the run's last worker is remembered (lua/fleet_close.lua): a call sent
 #: again after a lost reply comes within seconds.
@@ -101,7 +105,7 @@ class LeasedFleetStats:
         self._client = make_client(url)
         self.flusher = StatsFlusher(self._client, scheduler.frontier.keys, scheduler.worker_id)
         self._worker_id = scheduler.worker_id
-        self._scripts = register(self._client, "fleet_open", "fleet_close")
+        self._scripts = SCRIPTS.register(self._client, "fleet_open", "fleet_close")
         try:
             await self._open()
         except (RedisError, OSError) as exc:  # its heartbeat tries again

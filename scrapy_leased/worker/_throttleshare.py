@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy import signals
 
-from ..frontier.scripts import as_str, pairs, register
+from ..frontier.scripts import Scripts, as_str, pairs
 from ._leasekeeper import Kick, WarnOnce, running
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: worker/lua/throttle_share.lua: AutoThrottle's delays
+SCRIPTS = Scripts("scrapy_leased.worker", {"throttle_share": ("lib_time",)})
 #: A slot's delay is written when it moved by more than this fraction, and adopted when
 #: the fleet's is lower by more than it.
 CHANGE = 0.1
@@ -87,7 +89,7 @@ class ThrottleShare:
         self.closing = closing
         self.warn = warn
         self.stats = crawler.stats
-        self.script = register(client, "throttle_share")["throttle_share"]
+        self.script = SCRIPTS.register(client, "throttle_share")["throttle_share"]
         self.kick = Kick()
         #: slot key -> the delay this worker last wrote or adopted (or first saw)
         self._known: dict[str, float] = {}

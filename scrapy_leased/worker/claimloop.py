@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -33,23 +34,23 @@ RETRY_CAP_SECONDS = 2.0
 FIRST_RETRY_SECONDS = 0.05
 
 
+@dataclass(eq=False)
 class ClaimLoop:
-    def __init__(self, worker: LeasedScheduler) -> None:
-        self.w = worker
-        self.lanes: list[str] = []  # lanes the last claim reported ready
-        # The last claim found nothing: wait for the idle poll (or for new work this
-        # worker wrote) instead of asking Redis again each time the engine looks.
-        self.starved = False
-        self.drained_seen_at = -1  # writer generation at which the frontier looked drained
-        # Rounds started and finished, for start() pacing (start_request_sent)
-        self.rounds_started = 0
-        self.rounds_done = 0
-        self.fresh_round = 0  # the first round whose "drained" is to be believed
-        self.round_done: asyncio.Event | None = None
-        # The claims of the claim reply being taken (absorb): released when closing if
-        # an error left them out of the book
-        self.absorbing: list[tuple[int, Any]] = []
-        self.retry_delay = FIRST_RETRY_SECONDS
+    w: LeasedScheduler
+    lanes: list[str] = field(default_factory=list)  # lanes the last claim reported ready
+    # The last claim found nothing: wait for the idle poll (or for new work this
+    # worker wrote) instead of asking Redis again each time the engine looks.
+    starved: bool = False
+    drained_seen_at: int = -1  # writer generation at which the frontier looked drained
+    # Rounds started and finished, for start() pacing (start_request_sent)
+    rounds_started: int = 0
+    rounds_done: int = 0
+    fresh_round: int = 0  # the first round whose "drained" is to be believed
+    round_done: asyncio.Event | None = None
+    # The claims of the claim reply being taken (absorb): released when closing if
+    # an error left them out of the book
+    absorbing: list[tuple[int, Any]] = field(default_factory=list)
+    retry_delay: float = FIRST_RETRY_SECONDS
 
     async def run(self) -> None:
         assert self.w.kick is not None

@@ -27,6 +27,7 @@ response set on one worker (a login's session) is sent by every worker of the cr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -40,7 +41,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http.cookies import CookieJar
 from scrapy.utils.python import to_unicode
 
-from ..frontier.scripts import as_str, register
+from ..frontier.scripts import Scripts, as_str
 from ..runtime import worker_of
 from ..settings import config_for
 
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: worker/lua/cookies_set.lua: the fleet's cookie jars
+SCRIPTS = Scripts("scrapy_leased.worker", {"cookies_set": ("lib_time",)})
 VERSION_FIELD = "v"  # the jar's version, in its HASH (lua/cookies_set.lua)
 #: A ``meta['cookiejar']`` whose JSON is longer is named by its SHA-1 in Redis.
 MAX_JAR_NAME = 200
@@ -133,16 +136,18 @@ class SharedJar:
         self.retry_at = 0.0  # time.monotonic() before which pending changes wait
 
 
+@dataclasses.dataclass(eq=False)
 class CookieStore:
     """The crawl's cookie jars in Redis (one frontier's client and keys)."""
 
-    def __init__(self, client: Any, keys: CrawlKeys, stats: Any) -> None:
-        self.client = client
-        self.keys = keys
-        self.stats = stats
-        self.script = register(client, "cookies_set")["cookies_set"]
-        self.shared: dict[str, SharedJar] = {}
-        self._warned: set[str] = set()
+    client: Any
+    keys: CrawlKeys
+    stats: Any
+    shared: dict[str, SharedJar] = dataclasses.field(default_factory=dict)
+    _warned: set[str] = dataclasses.field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.script = SCRIPTS.register(self.client, "cookies_set")["cookies_set"]
 
     def _warn_once(self, kind: str, msg: str, args: dict[str, Any]) -> None:
         if kind not in self._warned:

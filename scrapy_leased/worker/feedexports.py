@@ -50,7 +50,7 @@ from w3lib.url import file_uri_to_path
 
 from .._compat import apply_uri_params
 from ..frontier.keys import CrawlKeys
-from ..frontier.scripts import as_str, register
+from ..frontier.scripts import Scripts, as_str
 from ..runtime import worker_of
 from ..settings import config_for
 
@@ -58,9 +58,12 @@ if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import Settings
+    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
+#: worker/lua/exports_enter.lua: a worker's feed files, unless another live worker has them
+SCRIPTS = Scripts("scrapy_leased.worker", {"exports_enter": ("lib_time",)})
 #: The feed URI parameter naming the worker: ``FEEDS = {"items-%(worker)s.jsonl": ...}``
 WORKER_PARAM = "worker"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -167,56 +170,61 @@ def _fsync_all(fds: list[int]) -> None:
                 os.close(fd)
 
 
-class LeasedFileFeedStorage(FileFeedStorage):
+class _NotedFiles:
+    """What the two storages below add to Scrapy's (the base after this one): the open
+    file noted in the crawler's ExportFiles, so that it is flushed before the pages of
+    its items are acked."""
+
+    _files: ExportFiles | None = None
+
+    def _note_files(self, crawler: Crawler | None) -> None:
+        self._files = ExportFiles.for_crawler(crawler) if crawler is not None else None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, uri: str, *,
+                     feed_options: dict[str, Any] | None = None) -> Self:
+        return cls(uri, feed_options=feed_options, crawler=crawler)  # type: ignore[call-arg]
+
+    def _where(self) -> str:
+        """The open file's name in errors ("stdout" is not fsynced)."""
+        raise NotImplementedError
+
+    def open(self, spider: Spider) -> IO[bytes]:
+        file: IO[bytes] = super().open(spider)  # type: ignore[misc]
+        if self._files is not None:
+            self._files.opened(file, self._where())
+        return file
+
+    def store(self, file: IO[bytes]) -> Any:
+        if self._files is not None:
+            self._files.closed(file)
+        return super().store(file)  # type: ignore[misc]
+
+
+class LeasedFileFeedStorage(_NotedFiles, FileFeedStorage):
     """Scrapy's FileFeedStorage, its open file noted in the crawler's ExportFiles (so
     that it is flushed before the pages of its items are acked)."""
 
     def __init__(self, uri: str, *, feed_options: dict[str, Any] | None = None,
                  crawler: Crawler | None = None) -> None:
         super().__init__(uri, feed_options=feed_options)
-        self._files = ExportFiles.for_crawler(crawler) if crawler is not None else None
+        self._note_files(crawler)
 
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, uri: str, *,
-                     feed_options: dict[str, Any] | None = None) -> LeasedFileFeedStorage:
-        return cls(uri, feed_options=feed_options, crawler=crawler)
-
-    def open(self, spider: Spider) -> IO[bytes]:
-        file = super().open(spider)
-        if self._files is not None:
-            self._files.opened(file, os.path.abspath(self.path))
-        return file
-
-    def store(self, file: IO[bytes]) -> Any:
-        if self._files is not None:
-            self._files.closed(file)
-        return super().store(file)
+    def _where(self) -> str:
+        return os.path.abspath(self.path)
 
 
-class LeasedStdoutFeedStorage(StdoutFeedStorage):
+class LeasedStdoutFeedStorage(_NotedFiles, StdoutFeedStorage):
     """Scrapy's StdoutFeedStorage (``-o -``), flushed before each ack as the files are."""
 
     def __init__(self, uri: str, _stdout: IO[bytes] | None = None, *,
                  feed_options: dict[str, Any] | None = None,
                  crawler: Crawler | None = None) -> None:
         super().__init__(uri, _stdout, feed_options=feed_options)
-        self._files = ExportFiles.for_crawler(crawler) if crawler is not None else None
+        self._note_files(crawler)
 
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, uri: str, *,
-                     feed_options: dict[str, Any] | None = None) -> LeasedStdoutFeedStorage:
-        return cls(uri, feed_options=feed_options, crawler=crawler)
-
-    def open(self, spider: Spider) -> IO[bytes]:
-        file = super().open(spider)
-        if self._files is not None:
-            self._files.opened(file, "stdout")
-        return file
-
-    def store(self, file: IO[bytes]) -> Any:
-        if self._files is not None:
-            self._files.closed(file)
-        return super().store(file)
+    def _where(self) -> str:
+        return "stdout"
 
 
 _SCRAPY_STORAGES = {
@@ -302,7 +310,7 @@ async def claim_paths(client: Any, keys: CrawlKeys, worker_id: str, worker_ttl_m
     of them (lua/exports_enter.lua): then raise FeedCollisionError (this worker has left
     the registry). A worker on this host whose process is gone (killed) is not taken for
     alive."""
-    script = register(client, "exports_enter")["exports_enter"]
+    script = SCRIPTS.register(client, "exports_enter")["exports_enter"]
     host = socket.gethostname()
     gone: list[str] = []
     while True:

@@ -24,11 +24,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..._redis.connection import CONNECT_TIMEOUT_SECONDS, connect, redact
 from ...frontier.keys import CrawlKeys
-from ...frontier.scripts import register
+from ...frontier.scripts import Scripts
 from ..records import Record
 from .base import Store
 
 logger = logging.getLogger(__name__)
+
+#: upsert/lua/upsert.lua, followed by WAIT on a client with wait_replicas: the item is
+#: stored when the reply says so
+SCRIPTS = Scripts("scrapy_leased.upsert", {"upsert": ()}, waited=frozenset({"upsert"}))
 
 OUTAGE_RETRY_SECONDS = 30.0
 OUTAGE_BACKOFF_CAP_SECONDS = 1.0
@@ -54,7 +58,7 @@ class RedisStore(Store):
 
     async def open(self) -> None:
         self.client = await connect(self.url, self.setting, self.connect_timeout)
-        self._upsert = register(self.client, "upsert")["upsert"]
+        self._upsert = SCRIPTS.register(self.client, "upsert")["upsert"]
 
     async def write(self, records: Sequence[Record]) -> list[bool]:
         keys: list[str] = []
