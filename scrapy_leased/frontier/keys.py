@@ -268,7 +268,7 @@ class CrawlKeys:
         return self._key(f"{prefix}:{item_type}")
 
     def cookie_jar(self, jar: str) -> str:
-        """HASH: one cookie jar of the crawl, shared by its workers (cookies.py,
+        """HASH: one cookie jar of the crawl, shared by its workers (worker/cookies.py,
         LeasedCookiesMiddleware; lua/cookies_set.lua): ``jar`` is the JSON of the
         request's ``meta['cookiejar']`` (``null``: the default jar); field
         ``<domain>\\n<path>\\n<name>`` -> the cookie as JSON (``domain``, ``path``,

@@ -72,7 +72,7 @@ class LeasedConfig:
     retry_errors: bool
     fleet_stats: bool  # LEASED_FLEET_STATS: add this worker's Scrapy stats to the crawl's
     #: LEASED_SHARED_COOKIES: one cookie jar per ``meta['cookiejar']`` for the whole fleet
-    #: (cookies.py), not one per worker
+    #: (worker/cookies.py), not one per worker
     shared_cookies: bool
     #: LEASED_SHARED_AUTOTHROTTLE: a delay one worker's AutoThrottle learnt for a download
     #: slot is adopted by the others when lower (_throttleshare.py)
