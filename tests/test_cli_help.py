@@ -148,6 +148,25 @@ def test_the_parsers_tell_every_option_apart() -> None:
     assert accepted("status", "--sample") and accepted("dead", "--limit")
 
 
+def test_scrapys_options_before_and_after_the_subcommand_add_up() -> None:
+    """Scrapy's options are taken after SUBCOMMAND too, and ``-s`` given on both sides
+    sets both settings (argparse alone keeps what the subparser parsed)."""
+    from scrapy.settings import Settings
+
+    from scrapy_leased.commands.leased import Command
+
+    parser = argparse.ArgumentParser(conflict_handler="resolve")
+    command = Command()
+    command.settings = Settings()
+    command.add_options(parser)
+    opts, args = parser.parse_known_args(["-s", "A=1", "-L", "DEBUG", "status", "c",
+                                          "-s", "B=2", "--nolog"])
+    command.process_options(args, opts)
+    assert (args, opts.crawl, opts.set, opts.loglevel, opts.nolog) == (
+        [], "c", ["A=1", "B=2"], "DEBUG", True)
+    assert [command.settings[k] for k in ("A", "B", "LOG_ENABLED")] == ["1", "2", False]
+
+
 @pytest.mark.integration
 def test_a_subcommand_has_its_own_help() -> None:
     """``scrapy leased SUB -h`` prints that subcommand's usage line and options only."""

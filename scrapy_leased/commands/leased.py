@@ -50,6 +50,10 @@ SUBCOMMANDS = ("status", "dead", "seed", "forget", "reset", "pause", "resume", "
                "metrics", "dashboard", "embedded", "from-scrapy-redis")
 
 
+#: The prefix of Scrapy's global options given after SUBCOMMAND (Command._scrapy_options)
+AFTER = "after_subcommand_"
+
+
 #: The modules that add the subcommands' parsers (``add_parsers``), in that order
 MODULES = (status, dead, urls, control, serve, embedded, fromsr)
 
@@ -127,14 +131,24 @@ class Command(ScrapyCommand):
 
     def _scrapy_options(self) -> SubcommandParser:
         """Scrapy's global options (-s, -L, --logfile...) for the subparsers, so that they
-        may follow SUBCOMMAND too. Without defaults: argparse copies every value a
-        subparser sets over the command's, so a default would undo the same option given
+        may follow SUBCOMMAND too: argparse sets what a subparser parses over what the
+        command's parser did, so each stores under its own name (``AFTER`` + its name),
+        without a default, and ``process_options`` adds it to the same option given
         before SUBCOMMAND."""
         options = SubcommandParser(add_help=False)
         super().add_options(options)
         for action in options._actions:
-            action.default = argparse.SUPPRESS
+            action.dest, action.default = AFTER + action.dest, argparse.SUPPRESS
         return options
+
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        for name, value in list(vars(opts).items()):
+            if name.startswith(AFTER):  # -s after SUBCOMMAND: added to -s before it
+                delattr(opts, name)
+                name = name.removeprefix(AFTER)
+                before = getattr(opts, name)
+                setattr(opts, name, before + value if isinstance(before, list) else value)
+        super().process_options(args, opts)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if args:  # not taken by the subcommand's parser: its usage and exit status 2
