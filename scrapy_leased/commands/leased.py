@@ -108,7 +108,8 @@ class Command(ScrapyCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         """Scrapy's options, then one subparser per subcommand, each with its own
         options: argparse tells an option of another subcommand (Scrapy parses known
-        arguments only: what a subparser did not take comes to ``run`` as ``args``)."""
+        arguments only: what a subparser did not take comes to ``process_options`` as
+        ``args``)."""
         super().add_options(parser)
         self._subcommands = parser.add_subparsers(
             title="scrapy leased", dest="subcommand", metavar="SUBCOMMAND", required=True,
@@ -116,8 +117,8 @@ class Command(ScrapyCommand):
         scrapy_options = self._scrapy_options()
         redis = SubcommandParser(add_help=False)
         redis.add_argument("--redis-url", metavar="URL",
-                               help="Redis of the crawl (default LEASED_REDIS_URL, else the "
-                                    "project's embedded Redis)")
+                           help="Redis of the crawl (default LEASED_REDIS_URL, else the "
+                                "project's embedded Redis)")
 
         def add(name: str, usage: str, help: str,
                 redis_url: bool = True) -> argparse.ArgumentParser:
@@ -142,6 +143,9 @@ class Command(ScrapyCommand):
         return options
 
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        if args:  # not taken by the subcommand's parser: its usage and exit status 2
+            parser = self._subcommands.choices[opts.subcommand]
+            parser.error(f"unrecognized arguments: {' '.join(args)}")
         for name, value in list(vars(opts).items()):
             if name.startswith(AFTER):  # -s after SUBCOMMAND: added to -s before it
                 delattr(opts, name)
@@ -151,9 +155,6 @@ class Command(ScrapyCommand):
         super().process_options(args, opts)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        if args:  # not taken by the subcommand's parser: its usage and exit status 2
-            parser = self._subcommands.choices[opts.subcommand]
-            parser.error(f"unrecognized arguments: {' '.join(args)}")
         assert self.settings is not None
         try:
             self.exitcode = asyncio.run(_main(opts, self.settings))
