@@ -10,6 +10,9 @@ printed before the command connects to anything."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import io
 import os
 import re
 import subprocess
@@ -52,49 +55,65 @@ def test_the_add_ons_options_stay_readable_on_a_narrow_terminal(columns: int) ->
     assert headings(ours) == ["Scrapy Leased"], headings(ours)
 
 
-def leased_options() -> dict[str, list[str]]:
-    """The add-on's options as its parser defines them (``Command.add_options``), each
-    by its option strings, e.g. ``{"--file": ["-f", "--file"], ...}``."""
+@functools.cache
+def command_parser() -> argparse.ArgumentParser:
+    """The parser of ``scrapy leased``, made as Scrapy's cmdline makes it."""
+    from scrapy.cmdline import ScrapyArgumentParser
+    from scrapy.commands import ScrapyHelpFormatter
     from scrapy.settings import Settings
 
     from scrapy_leased.commands.leased import Command
 
-    parser = argparse.ArgumentParser(conflict_handler="resolve")
+    parser = ScrapyArgumentParser(formatter_class=ScrapyHelpFormatter, usage="scrapy leased",
+                                  conflict_handler="resolve")
     command = Command()
     command.settings = Settings()
     command.add_options(parser)
-    (group,) = [g for g in parser._action_groups if g.title == "scrapy leased"]
-    return {a.option_strings[-1]: list(a.option_strings) for a in group._group_actions}
+    return parser
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    """Each subcommand's own parser, by name."""
+    (action,) = [a for a in command_parser()._actions
+                 if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def leased_options() -> dict[str, list[str]]:
+    """The add-on's options as the subcommands' parsers define them, each by its option
+    strings, e.g. ``{"--file": ["-f", "--file"], ...}``: not ``-h`` nor Scrapy's own
+    global options (every subparser takes those too)."""
+    scrapy_own = {s for a in command_parser()._actions for s in a.option_strings}
+    return {a.option_strings[-1]: list(a.option_strings)
+            for sub in subparsers().values() for a in sub._actions
+            if a.option_strings and not scrapy_own & set(a.option_strings)}
+
+
+#: The positional arguments a subcommand needs, to be parsed at all
+NEEDS = {"embedded": ["status"], "from-scrapy-redis": ["SPIDER"]}
 
 
 def accepted(sub: str, option: str) -> bool:
-    """Whether ``scrapy leased SUB OPTION [VALUE]`` passes the command's own check of
-    its options (``_check_options``), parsed by the command's parser."""
-    from scrapy.exceptions import UsageError
-    from scrapy.settings import Settings
-
-    from scrapy_leased.commands.common import _check_options
-    from scrapy_leased.commands.leased import Command
-
-    parser = argparse.ArgumentParser(conflict_handler="resolve")
-    command = Command()
-    command.settings = Settings()
-    command.add_options(parser)
-    (action,) = [a for a in parser._actions if option in a.option_strings]
+    """Whether the command's parser takes ``scrapy leased SUB OPTION [VALUE]``: an
+    option of another subcommand is left over (``unrecognized arguments``), a value out
+    of range is an error."""
+    action = next(a for p in subparsers().values() for a in p._actions
+                  if option in a.option_strings)  # (the same shape wherever it is)
     value = [] if action.nargs == 0 else ["1"]  # a number or a URL-less list: any will do
-    opts = parser.parse_args([option, *value])
-    try:
-        _check_options(sub, [], opts)
-    except UsageError:
-        return False
-    return True
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            _, extras = command_parser().parse_known_args([sub, *NEEDS.get(sub, []), option,
+                                                           *value])
+        except SystemExit:
+            return False
+    return not extras
 
 
 def usage_lines(text: str, prefix: str = "") -> dict[str, list[str]]:
     """Subcommand -> the usage lines naming it (``  dead [CRAWL] ...``, ``scrapy leased
     pause | resume | stop [CRAWL]``): lines that start with ``prefix``, then subcommands
     separated by `` | ``, then their arguments (not the overview ``status|dead|...``)."""
-    from scrapy_leased.commands.common import SUBCOMMANDS
+    from scrapy_leased.commands.leased import SUBCOMMANDS
 
     names = "|".join(SUBCOMMANDS)
     out: dict[str, list[str]] = {}
@@ -116,15 +135,48 @@ def named(line: str, strings: list[str]) -> bool:
 ALL = {"--redis-url"}
 
 
-def test_the_options_checks_tell_every_option_apart() -> None:
+def test_the_parsers_tell_every_option_apart() -> None:
     """Each option of a subcommand is refused with another (an option with a default
-    value was accepted anywhere before: ``dead --interval 3``), and its help names the
-    subcommands that take it, as ``[sub, sub]``."""
-    from scrapy_leased.commands.common import SUBCOMMANDS
+    value was accepted anywhere once: ``dead --interval 3``): each subcommand has its
+    own parser, in the order of SUBCOMMANDS."""
+    from scrapy_leased.commands.leased import SUBCOMMANDS
 
+    assert tuple(subparsers()) == SUBCOMMANDS
     for option in set(leased_options()) - ALL:
         takers = [sub for sub in SUBCOMMANDS if accepted(sub, option)]
         assert 0 < len(takers) < len(SUBCOMMANDS), (option, takers)
+    assert accepted("status", "--sample") and accepted("dead", "--limit")
+
+
+def test_scrapys_options_before_and_after_the_subcommand_add_up() -> None:
+    """Scrapy's options are taken after SUBCOMMAND too, and ``-s`` given on both sides
+    sets both settings (argparse alone keeps what the subparser parsed)."""
+    from scrapy.settings import Settings
+
+    from scrapy_leased.commands.leased import Command
+
+    parser = argparse.ArgumentParser(conflict_handler="resolve")
+    command = Command()
+    command.settings = Settings()
+    command.add_options(parser)
+    opts, args = parser.parse_known_args(["-s", "A=1", "-L", "DEBUG", "status", "c",
+                                          "-s", "B=2", "--nolog"])
+    command.process_options(args, opts)
+    assert (args, opts.crawl, opts.set, opts.loglevel, opts.nolog) == (
+        [], "c", ["A=1", "B=2"], "DEBUG", True)
+    assert [command.settings[k] for k in ("A", "B", "LOG_ENABLED")] == ["1", "2", False]
+
+
+@pytest.mark.integration
+def test_a_subcommand_has_its_own_help() -> None:
+    """``scrapy leased SUB -h`` prints that subcommand's usage line and options only."""
+    result = subprocess.run([sys.executable, "-m", "scrapy", "leased", "dead", "-h"],
+                            cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "scrapy leased dead [CRAWL] [--limit N]" in out, out
+    assert "--requeue" in out and "--redis-url" in out and "--set" in out, out
+    assert "--yes" not in out and "--watch" not in out, out
 
 
 @pytest.mark.integration
@@ -132,10 +184,9 @@ def test_the_options_checks_tell_every_option_apart() -> None:
 def test_usage_lines_name_every_option_of_a_subcommand(where: str) -> None:
     """Each subcommand's own usage line names exactly the options it takes (before: an
     option counted when it was anywhere in the usage block, so `dead`'s line lacked
-    `--json`). What a subcommand takes is what the command accepts: its parser and its
-    check of the options."""
+    `--json`). What a subcommand takes is what the command's parser accepts."""
     from scrapy_leased.commands import leased
-    from scrapy_leased.commands.common import SUBCOMMANDS
+    from scrapy_leased.commands.leased import SUBCOMMANDS
 
     if where == "--help":
         text, prefix = help_text(200), ""

@@ -569,9 +569,22 @@ def test_errors_are_one_line_with_exit_status_1(redis_server, crawl_id, tmp_path
                                "-s", f"LEASED_CRAWL_ID={crawl_id}")))
     assert doc["crawl"] == crawl_id
     # an option of another subcommand is a usage error, also one with a default value
-    # (--interval, --limit and --bind were accepted anywhere)
-    for args in ([], ["nope"], ["status", "--yes"], ["seed", crawl_id, "--watch"],
-                 ["status", "a", "b"], ["dead", crawl_id, "--interval", "1"],
-                 ["status", crawl_id, "--limit", "3"], ["status", crawl_id, "--bind", "::1"]):
-        res = leased(*args, "--redis-url", url)
+    # (--interval, --limit and --bind were accepted anywhere once): argparse's, after
+    # the usage line of that subcommand
+    r = ["--redis-url", url]
+    for args, said in (
+            ([], "the following arguments are required: SUBCOMMAND"),
+            (["nope", *r], "invalid choice: 'nope'"),
+            (["status", "--yes", *r], "scrapy leased status: error: unrecognized arguments: --yes"),
+            (["seed", crawl_id, "--watch", *r], "unrecognized arguments: --watch"),
+            (["status", "a", "b", *r], "unrecognized arguments: b"),
+            (["dead", crawl_id, "--interval", "1", *r], "unrecognized arguments: --interval 1"),
+            (["status", crawl_id, "--limit", "3", *r], "unrecognized arguments: --limit 3"),
+            (["status", crawl_id, "--bind", "::1", *r], "unrecognized arguments: --bind ::1"),
+            (["embedded", "status", *r], "unrecognized arguments: --redis-url"),
+            (["dead", crawl_id, "--limit", "-1", *r], "argument --limit: must be at least 0")):
+        res = leased(*args)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert said in res.stderr, (args, res.stderr)
+    usage = leased("dead", crawl_id, "--yes", "--redis-url", url).stderr
+    assert "scrapy leased dead [CRAWL] [--limit N]" in usage, usage

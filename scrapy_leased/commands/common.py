@@ -1,17 +1,21 @@
-"""What every subcommand of ``scrapy leased`` shares: its errors, the subcommand names and
-defaults, and finding the crawl and its Redis."""
+"""What every subcommand of ``scrapy leased`` shares: its errors, defaults and argument
+types, and reaching the crawl's Redis and the crawl itself."""
 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import argparse
+import contextlib
+import sys
+from typing import TYPE_CHECKING, Any, Protocol
 
-from scrapy.exceptions import UsageError
+from redis.exceptions import RedisError
 
+from .._redis.connection import make_client
 from .._redis.url import redact
 from ..bootstrap import crawl_redis_url
 from ..fleet import FleetAdmin
-from ..frontier import PAUSED, RUNNING, STOPPING
+from ..frontier import CrawlKeys
 from ..settings import (
     LeasedConfig,
     LeasedConfigError,
@@ -21,31 +25,17 @@ from ..settings import (
 )
 
 if TYPE_CHECKING:
-    import argparse
+    from collections.abc import AsyncIterator, Callable
 
     from scrapy.settings import Settings
 
 
-SUBCOMMANDS = ("status", "dead", "seed", "forget", "reset", "pause", "resume", "stop",
-               "metrics", "dashboard", "embedded", "from-scrapy-redis")
+class AddParser(Protocol):
+    """``add(name, usage, help)``: a new subcommand's parser, with Scrapy's options and
+    (unless not ``redis_url``) ``--redis-url`` (leased.py: Command.add_options)."""
 
-
-FROM_SR = "from-scrapy-redis"  # feed/fromscrapyredis.py: a scrapy-redis crawl moved into this one
-
-
-#: ``scrapy leased embedded ACTION``: the project's embedded Redis server itself
-EMBEDDED_ACTIONS = ("status", "stop")
-
-
-#: The subcommands that take URLs (arguments, -f FILE, - for stdin)
-URL_SUBCOMMANDS = ("seed", "forget")
-
-
-#: The fleet control subcommands and the control state each sets (keys.py: control)
-CONTROL = {"pause": PAUSED, "resume": RUNNING, "stop": STOPPING}
-
-
-SERVERS = ("metrics", "dashboard")  # observe/: HTTP servers, reading Redis only
+    def __call__(self, name: str, usage: str, help: str,
+                 redis_url: bool = True) -> argparse.ArgumentParser: ...
 
 
 METRICS_PORT = 9410
@@ -133,43 +123,76 @@ async def _crawl_id(arg: str | None, settings: Settings, config: LeasedConfig,
                        f"in this Redis: {', '.join(crawls) or 'none'}")
 
 
-def _check_options(sub: str, rest: list[str], opts: argparse.Namespace) -> None:
-    """A usage error for an option given to a subcommand that does not take it (each
-    option of the add-on's group defaults to None or False, so that given is told from
-    not given), and for values out of range."""
-    misplaced = {
-        "--watch": opts.watch and sub != "status",
-        "--interval": opts.interval is not None and sub != "status",
-        "--sample": opts.sample is not None and sub != "status",
-        "--json": opts.json and sub not in ("status", "dead"),
-        "--limit": opts.limit is not None and sub != "dead",
-        "--requeue": opts.requeue is not None and sub != "dead",
-        "--purge": opts.purge is not None and sub != "dead",
-        "--file": bool(opts.file) and sub not in URL_SUBCOMMANDS,
-        "--yes": opts.yes and sub != "reset",
-        "--records": opts.records and sub != "reset",
-        "--bind": opts.bind is not None and sub not in SERVERS,
-        "--port": opts.port is not None and sub not in SERVERS,
-        "--all-crawls": opts.all_crawls and sub != "metrics",
-        "--allow-writes": opts.allow_writes and sub != "dashboard",
-        "--scrapy-redis": opts.scrapy_redis and sub != "seed",
-        "--pickle": opts.pickle and sub != FROM_SR,
-        "--seen-urls": opts.seen_urls is not None and sub != FROM_SR,
-        "--queue-key": opts.queue_key is not None and sub != FROM_SR,
-        "--dupefilter-key": opts.dupefilter_key is not None and sub != FROM_SR,
-        "--start-urls-key": opts.start_urls_key is not None and sub != FROM_SR,
-    }
-    bad = [name for name, wrong in misplaced.items() if wrong]
-    if bad:
-        raise UsageError(f"{', '.join(bad)} cannot be used with '{sub}'")
-    if opts.requeue is not None and opts.purge is not None:
-        raise UsageError("use --requeue or --purge, not both")
-    if sub not in URL_SUBCOMMANDS and len(rest) > 1:
-        raise UsageError(f"'{sub}' takes at most one CRAWL, got {' '.join(rest)}")
-    if ((opts.interval is not None and opts.interval <= 0)
-            or (opts.sample is not None and opts.sample < 0)
-            or (opts.limit is not None and opts.limit < 0)):
-        raise UsageError("--interval must be above 0, --sample and --limit at least 0")
+def add_crawl(parser: argparse.ArgumentParser) -> None:
+    """The optional CRAWL positional of a subcommand."""
+    parser.add_argument("crawl", nargs="?", metavar="CRAWL",
+                        help="the crawl (default LEASED_CRAWL_ID, else the name of the "
+                             "project's only spider)")
+
+
+def number(kind: Callable[[str], float], minimum: float,
+           above: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: ``kind`` of the text, at least (or ``above``) ``minimum``."""
+    def parse(text: str) -> float:
+        value = kind(text)  # ValueError: argparse's "invalid int value"
+        if value < minimum or (above and value == minimum):
+            raise argparse.ArgumentTypeError(
+                f"must be {'above' if above else 'at least'} {minimum:g}, got {text}")
+        return value
+
+    parse.__name__ = getattr(kind, "__name__", "number")
+    return parse
+
+
+@contextlib.asynccontextmanager
+async def connected(opts: argparse.Namespace, config: LeasedConfig,
+                    start_embedded: bool = False) -> AsyncIterator[tuple[Any, str]]:
+    """A client of the crawl's Redis (``_redis_url``), reached, and that Redis's URL
+    redacted for messages; closed on the way out."""
+    url, source = _redis_url(opts, config, start_embedded)
+    client = make_client(url)
+    try:
+        await check_reached(client, url, source)
+        yield client, redact(url)
+    finally:
+        await client.aclose()
+
+
+async def open_crawl(crawl_arg: str | None, settings: Settings, config: LeasedConfig,
+                     client: Any, where: str, *, create: bool = False,
+                     warn_scrapy_redis: bool = False) -> FleetAdmin:
+    """The crawl named by ``crawl_arg`` (else its default) in this Redis: a CommandError
+    naming the crawls there when it does not exist, unless ``create``. With
+    ``warn_scrapy_redis``, the warning that its spider has scrapy-redis state here."""
+    crawl = await _crawl_id(crawl_arg, settings, config, client)
+    admin = FleetAdmin(client, CrawlKeys(crawl), worker_ttl_ms=int(config.worker_ttl * 1000),
+                       lease_ms=config.lease_ms, max_attempts=config.max_attempts,
+                       half_life_ms=config.budgets.half_life_ms)
+    exists = await admin.exists()
+    hint = await scrapy_redis_hint(client, crawl, settings, exists) \
+        if warn_scrapy_redis else None
+    if not create and not exists:
+        crawls = await FleetAdmin.list_crawls(client)
+        raise CommandError(
+            f"unknown crawl {crawl!r} in Redis at {where}: no key "
+            f"{admin.keys.prefix}*; crawls there: {', '.join(crawls) or 'none'}"
+            + (f". WARNING: {hint}" if hint else ""))
+    if hint:  # on stderr: --json keeps stdout one object
+        print(f"WARNING: {hint}", file=sys.stderr)
+    return admin
+
+
+async def scrapy_redis_hint(client: Any, crawl: str, settings: Settings,
+                            exists: bool) -> str | None:
+    """The warning that the crawl's spider (named as the crawl) has scrapy-redis state
+    in this Redis (feed/fromscrapyredis.py), or None."""
+    from ..feed import fromscrapyredis
+
+    try:
+        found = await fromscrapyredis.find(client, fromscrapyredis.SourceKeys.of(crawl, settings))
+    except RedisError:
+        return None
+    return fromscrapyredis.warning(found, crawl, exists)
 
 
 async def check_reached(client: Any, url: str, where: str) -> None:

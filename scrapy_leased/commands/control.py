@@ -9,15 +9,51 @@ from typing import TYPE_CHECKING
 
 from ..fleet import FleetAdmin
 from ..fleet.report import age_text, n_of
-from ..frontier import PAUSED, STOPPING
-from ..settings import (
-    LeasedConfig,
-)
-from .common import CONTROL, CommandError
+from ..frontier import PAUSED, RUNNING, STOPPING
+from ..settings import LeasedConfig
+from .common import CommandError, add_crawl, connected, open_crawl
 
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy.settings import Settings
+
+    from .common import AddParser
+
+
+#: The fleet control subcommands and the control state each sets (keys.py: control)
+CONTROL = {"pause": PAUSED, "resume": RUNNING, "stop": STOPPING}
+
+
+def add_parsers(add: AddParser) -> None:
+    reset = add("reset", "[CRAWL] --yes [--records]", "delete the keys of one crawl")
+    add_crawl(reset)
+    reset.add_argument("--yes", action="store_true",
+                       help="really delete the keys of the crawl")
+    reset.add_argument("--records", action="store_true",
+                       help="delete UpsertPipeline's records of the crawl too (kept "
+                            "without it)")
+    reset.set_defaults(run=run_reset)
+    for sub, what in (("pause", "pause the whole fleet"),
+                      ("resume", "let the fleet claim again"),
+                      ("stop", "stop the whole fleet gracefully")):
+        control = add(sub, "[CRAWL]", what)
+        add_crawl(control)
+        control.set_defaults(run=run_control)
+
+
+async def run_reset(opts: argparse.Namespace, settings: Settings,
+                    config: LeasedConfig) -> int:
+    async with connected(opts, config) as (client, where):
+        admin = await open_crawl(opts.crawl, settings, config, client, where)
+        return await _reset(admin, opts, where, config.upsert.prefix)
+
+
+async def run_control(opts: argparse.Namespace, settings: Settings,
+                      config: LeasedConfig) -> int:
+    async with connected(opts, config) as (client, where):
+        admin = await open_crawl(opts.crawl, settings, config, client, where)
+        return await _control(admin, opts.subcommand, config)
 
 
 async def _control(admin: FleetAdmin, sub: str, config: LeasedConfig) -> int:

@@ -8,11 +8,36 @@ from typing import TYPE_CHECKING
 
 from ..fleet import FleetAdmin
 from ..fleet.report import n_of, render_dead
-from .common import DEAD_LIMIT, CommandError
+from .common import DEAD_LIMIT, CommandError, add_crawl, connected, number, open_crawl
 
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy.settings import Settings
+
+    from ..settings import LeasedConfig
+    from .common import AddParser
+
+
+def add_parsers(add: AddParser) -> None:
+    p = add("dead", "[CRAWL] [--limit N] [--json] [--requeue [URL ...] | --purge [URL ...]]",
+            "list, requeue or purge the dead letters")
+    add_crawl(p)
+    p.add_argument("--limit", type=number(int, 0), default=None, metavar="N",
+                   help="list at most N dead letters, newest first (default 20; 0 = all)")
+    p.add_argument("--json", action="store_true", help="machine-readable JSON")
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--requeue", nargs="*", metavar="URL", default=None,
+                        help="requeue these dead letters (all without URL), attempts reset "
+                             "to 0")
+    action.add_argument("--purge", nargs="*", metavar="URL", default=None,
+                        help="delete these dead letters (all without URL)")
+    p.set_defaults(run=run)
+
+
+async def run(opts: argparse.Namespace, settings: Settings, config: LeasedConfig) -> int:
+    async with connected(opts, config) as (client, where):
+        return await _dead(await open_crawl(opts.crawl, settings, config, client, where), opts)
 
 
 async def _dead(admin: FleetAdmin, opts: argparse.Namespace) -> int:

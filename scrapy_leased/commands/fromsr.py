@@ -1,5 +1,4 @@
-"""``scrapy leased from-scrapy-redis``: a scrapy-redis crawl's queue moved into a crawl,
-and the warning when one is found."""
+"""``scrapy leased from-scrapy-redis``: a scrapy-redis crawl's queue moved into a crawl."""
 
 
 from __future__ import annotations
@@ -7,9 +6,6 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
-from .._redis.connection import make_client, redact
 from ..fleet import FleetAdmin
 from ..fleet.report import n_of
 from ..fleet.seen import mark_seen
@@ -18,7 +14,7 @@ from ..settings import (
     LeasedConfig,
     check_crawl_id,
 )
-from .common import CommandError, _redis_url, check_reached
+from .common import CommandError, connected
 from .urls import _packed, _read_urls
 
 if TYPE_CHECKING:
@@ -27,22 +23,32 @@ if TYPE_CHECKING:
 
     from scrapy.settings import Settings
 
-
-async def _scrapy_redis_hint(client: Any, crawl: str, settings: Settings,
-                             exists: bool) -> str | None:
-    """The warning that the crawl's spider (named as the crawl) has scrapy-redis state
-    in this Redis (feed/fromscrapyredis.py), or None."""
-    from ..feed import fromscrapyredis
-
-    try:
-        found = await fromscrapyredis.find(client, fromscrapyredis.SourceKeys.of(crawl, settings))
-    except RedisError:
-        return None
-    return fromscrapyredis.warning(found, crawl, exists)
+    from .common import AddParser
 
 
-async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Settings,
-                             config: LeasedConfig) -> int:
+def add_parsers(add: AddParser) -> None:
+    p = add("from-scrapy-redis", "SPIDER [--pickle] [--seen-urls FILE] [--queue-key K] "
+            "[--dupefilter-key K] [--start-urls-key K]",
+            "move a stopped scrapy-redis crawl into the crawl")
+    p.add_argument("spider", metavar="SPIDER", help="the scrapy-redis spider's name")
+    p.add_argument("--pickle", action="store_true",
+                   help="read a pickled scrapy-redis queue, scrapy-redis's default "
+                        "serializer; unpickling runs code, so only for a trusted Redis")
+    p.add_argument("--seen-urls", metavar="FILE", default=None,
+                   help="mark these URLs (one a line; '-' = stdin) seen, the pages the "
+                        "scrapy-redis crawl fetched already")
+    for option, what, setting, default in (
+            ("--queue-key", "the scrapy-redis queue", "SCHEDULER_QUEUE_KEY", "requests"),
+            ("--dupefilter-key", "the scrapy-redis dupefilter", "SCHEDULER_DUPEFILTER_KEY",
+             "dupefilter"),
+            ("--start-urls-key", "RedisSpider's start URLs", "REDIS_START_URLS_KEY",
+             "start_urls")):
+        p.add_argument(option, metavar="KEY", default=None,
+                       help=f"{what} (default {setting}, else SPIDER:{default})")
+    p.set_defaults(run=run)
+
+
+async def run(opts: argparse.Namespace, settings: Settings, config: LeasedConfig) -> int:
     """Move a stopped scrapy-redis crawl of SPIDER into the crawl (LEASED_CRAWL_ID, else
     SPIDER): mark --seen-urls seen first, then its queue and RedisSpider start URLs are
     pushed as ``seed`` pushes (dedupe, lanes) and each batch removed from its key once
@@ -51,6 +57,7 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
 
     from ..feed import fromscrapyredis as fsr
 
+    spider = opts.spider
     try:
         spidercls = get_spider_loader(settings).load(spider)
     except KeyError:
@@ -65,14 +72,11 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
         print("Warning: --pickle: each queue entry is unpickled, and unpickling runs "
               "whatever code the entry names: do this only with a Redis whose writers you "
               "trust", file=sys.stderr)
-    url, where = _redis_url(opts, config, start_embedded=False)
-    client = make_client(url)
-    try:
-        await check_reached(client, url, where)
+    async with connected(opts, config) as (client, where):
         found = {f.role: f for f in await fsr.find(client, source)}
         if not found and not seen:
             raise CommandError(
-                f"no scrapy-redis state of spider {spider!r} in Redis at {redact(url)}: no "
+                f"no scrapy-redis state of spider {spider!r} in Redis at {where}: no "
                 f"key {source.queue}, {source.start_urls} or {source.dupefilter} (other "
                 f"names: --queue-key, --start-urls-key, --dupefilter-key)")
         admin = FleetAdmin(client, CrawlKeys(crawl), lease_ms=config.lease_ms,
@@ -93,8 +97,6 @@ async def _from_scrapy_redis(spider: str, opts: argparse.Namespace, settings: Se
             raise CommandError(str(exc)) from None
         _print_left(found.get("dupefilter"), sources, source)
         return 0
-    finally:
-        await client.aclose()
 
 
 def _print_left(df: Any, sources: list[tuple[str, str]], source: Any) -> None:

@@ -18,58 +18,62 @@ starts it, like a worker would). Errors are one line on stderr, exit status 1.
 
 Synchronous code, not on a reactor: each subcommand is one ``asyncio.run`` over
 ``FleetAdmin`` (the same code the workers use); waiting with sleep is fine here. This
-module holds the options and the dispatch; each subcommand is a module beside it
-(``status``, ``dead``, ``urls``: seed and forget, ``control``: pause, resume, stop and
-reset, ``serve``: metrics and dashboard, ``embedded``, ``fromsr``), ``common`` what
+module holds the command and its dispatch: each subcommand is an argparse subparser,
+declared with its options and its handler (``set_defaults(run=...)``) by a module beside
+it (``status``, ``dead``, ``urls``: seed and forget, ``control``: pause, resume, stop and
+reset, ``serve``: metrics and dashboard, ``embedded``, ``fromsr``); ``common`` holds what
 they share.
 """  # noqa: E501 (a usage line: one line each, tests/test_cli_help.py)
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
-from scrapy.exceptions import UsageError
 
-from .._redis.connection import make_client, redact
-from ..fleet import FleetAdmin
-from ..frontier import CrawlKeys, NewRequest
-from ..settings import (
-    LeasedConfig,
-    LeasedConfigError,
-)
-from .common import (
-    BIND,
-    CONTROL,
-    DASHBOARD_PORT,
-    FROM_SR,
-    METRICS_PORT,
-    SERVERS,
-    SUBCOMMANDS,
-    URL_SUBCOMMANDS,
-    CommandError,
-    _check_options,
-    _concurrency,
-    _crawl_id,
-    _looks_like_source,
-    _redis_url,
-    check_reached,
-)
-from .control import _control, _reset
-from .dead import _dead
-from .embedded import _embedded
-from .fromsr import _from_scrapy_redis, _scrapy_redis_hint
-from .serve import _serve
-from .status import _status
-from .urls import _forget, _packed, _read_urls, _seed
+from ..settings import LeasedConfig, LeasedConfigError
+from . import control, dead, embedded, fromsr, serve, status, urls
+from .common import CommandError
 
 if TYPE_CHECKING:
-    import argparse
+    from collections.abc import Sequence
 
     from scrapy.settings import Settings
+
+
+#: The subcommands, in the order of the usage lines and of their parsers
+SUBCOMMANDS = ("status", "dead", "seed", "forget", "reset", "pause", "resume", "stop",
+               "metrics", "dashboard", "embedded", "from-scrapy-redis")
+
+
+#: The prefix of Scrapy's global options given after SUBCOMMAND (Command._scrapy_options)
+AFTER = "after_subcommand_"
+
+
+#: The modules that add the subcommands' parsers (``add_parsers``), in that order
+MODULES = (status, dead, urls, control, serve, embedded, fromsr)
+
+
+class SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: its positionals may come on both sides of its options
+    (``seed CRAWL URL -f FILE URL``), as ``parse_intermixed_args`` parses them."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        if self._intermixing:  # (Python < 3.13: the intermixed parse calls this twice)
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
 
 class Command(ScrapyCommand):
@@ -78,8 +82,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return ("status|dead|seed|forget|reset|pause|resume|stop|metrics|dashboard|embedded "
-                "[CRAWL] [options]\n\n"
+        return (f"{'|'.join(SUBCOMMANDS)} [options]\n\n"
                 "  status [CRAWL] [--json] [--sample SECONDS] [--watch [--interval SECONDS]]\n"
                 "  dead   [CRAWL] [--limit N] [--json] [--requeue [URL ...] | --purge [URL ...]]\n"
                 "  seed   [CRAWL] [--scrapy-redis] URL ... | -f FILE | -\n"
@@ -90,7 +93,8 @@ class Command(ScrapyCommand):
                 "  dashboard [CRAWL] [--bind HOST] [--port N] [--allow-writes]\n"
                 "  embedded status | stop\n"
                 "  from-scrapy-redis SPIDER [--pickle] [--seen-urls FILE] [--queue-key K] "
-                "[--dupefilter-key K] [--start-urls-key K]")
+                "[--dupefilter-key K] [--start-urls-key K]\n\n"
+                "  scrapy leased SUBCOMMAND -h: the options of one subcommand")
 
     def short_desc(self) -> str:
         return ("Watch and run a leased crawl: status, dead letters, seeding, forgetting, "
@@ -102,81 +106,58 @@ class Command(ScrapyCommand):
                 "LEASED_REDIS_URL, else the project's embedded Redis.")
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
+        """Scrapy's options, then one subparser per subcommand, each with its own
+        options: argparse tells an option of another subcommand (Scrapy parses known
+        arguments only: what a subparser did not take comes to ``process_options`` as
+        ``args``)."""
         super().add_options(parser)
-        g = parser.add_argument_group("scrapy leased")
-        g.add_argument("--redis-url", metavar="URL",
-                       help="Redis of the crawl (default LEASED_REDIS_URL, else the "
-                            "project's embedded Redis)")
-        g.add_argument("--json", action="store_true",
-                       help="[status, dead] machine-readable JSON (with --watch, one object "
-                            "per line)")
-        g.add_argument("--watch", action="store_true",
-                       help="[status] redraw every --interval seconds, like top")
-        g.add_argument("--interval", type=float, default=None, metavar="SECONDS",
-                       help="[status --watch] refresh period (default 2)")
-        g.add_argument("--sample", type=float, default=None, metavar="SECONDS",
-                       help="[status] trend window of the warnings, one status taking two "
-                            "samples this far apart (default 2; 0 = one sample, no trends); "
-                            "--watch compares with the sample this old (default 10)")
-        g.add_argument("--limit", type=int, default=None, metavar="N",
-                       help="[dead] list at most N dead letters, newest first (0 = all)")
-        g.add_argument("--requeue", nargs="*", metavar="URL", default=None,
-                       help="[dead] requeue these dead letters (all without URL), attempts "
-                            "reset to 0")
-        g.add_argument("--purge", nargs="*", metavar="URL", default=None,
-                       help="[dead] delete these dead letters (all without URL)")
-        g.add_argument("-f", "--file", metavar="FILE", action="append", default=[],
-                       help="[seed, forget] read URLs from FILE, one a line ('-' = stdin)")
-        g.add_argument("--yes", action="store_true",
-                       help="[reset] really delete the keys of the crawl")
-        g.add_argument("--records", action="store_true",
-                       help="[reset] delete UpsertPipeline's records of the crawl too "
-                            "(kept without it)")
-        g.add_argument("--bind", metavar="HOST", default=None,
-                       help=f"[metrics, dashboard] address to listen on (default {BIND})")
-        g.add_argument("--port", type=int, default=None, metavar="N",
-                       help=f"[metrics, dashboard] port (default {METRICS_PORT}, "
-                            f"{DASHBOARD_PORT}; 0 = any free port, printed)")
-        g.add_argument("--all-crawls", action="store_true",
-                       help="[metrics] every crawl in this Redis (default without CRAWL, "
-                            "LEASED_CRAWL_ID or a single project spider)")
-        g.add_argument("--allow-writes", action="store_true",
-                       help="[dashboard] offer requeue and purge of dead letters")
-        g.add_argument("--scrapy-redis", action="store_true",
-                       help="[seed] read the lines as RedisSpider start entries, in scrapy-redis's "
-                            "JSON (url, method, meta, every other key a form field)")
-        g.add_argument("--pickle", action="store_true",
-                       help=f"[{FROM_SR}] read a pickled scrapy-redis queue, scrapy-redis's "
-                            "default serializer; unpickling runs code, so only for a "
-                            "trusted Redis")
-        g.add_argument("--seen-urls", metavar="FILE", default=None,
-                       help=f"[{FROM_SR}] mark these URLs (one a line; '-' = stdin) seen, the "
-                            "pages the scrapy-redis crawl fetched already")
-        g.add_argument("--queue-key", metavar="KEY", default=None,
-                       help=f"[{FROM_SR}] the scrapy-redis queue (default "
-                            "SCHEDULER_QUEUE_KEY, else SPIDER:requests)")
-        g.add_argument("--dupefilter-key", metavar="KEY", default=None,
-                       help=f"[{FROM_SR}] the scrapy-redis dupefilter (default "
-                            "SCHEDULER_DUPEFILTER_KEY, else SPIDER:dupefilter)")
-        g.add_argument("--start-urls-key", metavar="KEY", default=None,
-                       help=f"[{FROM_SR}] RedisSpider's start URLs (default "
-                            "REDIS_START_URLS_KEY, else SPIDER:start_urls)")
+        self._subcommands = parser.add_subparsers(
+            title="scrapy leased", dest="subcommand", metavar="SUBCOMMAND", required=True,
+            prog="scrapy leased", parser_class=SubcommandParser)
+        scrapy_options = self._scrapy_options()
+        redis = SubcommandParser(add_help=False)
+        redis.add_argument("--redis-url", metavar="URL",
+                           help="Redis of the crawl (default LEASED_REDIS_URL, else the "
+                                "project's embedded Redis)")
+
+        def add(name: str, usage: str, help: str,
+                redis_url: bool = True) -> argparse.ArgumentParser:
+            return self._subcommands.add_parser(
+                name, usage=f"scrapy leased {name} {usage}", help=help, description=help,
+                parents=[scrapy_options, redis] if redis_url else [scrapy_options],
+                formatter_class=parser.formatter_class, conflict_handler="resolve")
+
+        for module in MODULES:
+            module.add_parsers(add)
+
+    def _scrapy_options(self) -> SubcommandParser:
+        """Scrapy's global options (-s, -L, --logfile...) for the subparsers, so that they
+        may follow SUBCOMMAND too: argparse sets what a subparser parses over what the
+        command's parser did, so each stores under its own name (``AFTER`` + its name),
+        without a default, and ``process_options`` adds it to the same option given
+        before SUBCOMMAND."""
+        options = SubcommandParser(add_help=False)
+        super().add_options(options)
+        for action in options._actions:
+            action.dest, action.default = AFTER + action.dest, argparse.SUPPRESS
+        return options
+
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        if args:  # not taken by the subcommand's parser: its usage and exit status 2
+            parser = self._subcommands.choices[opts.subcommand]
+            parser.error(f"unrecognized arguments: {' '.join(args)}")
+        for name, value in list(vars(opts).items()):
+            if name.startswith(AFTER):  # -s after SUBCOMMAND: added to -s before it
+                delattr(opts, name)
+                name = name.removeprefix(AFTER)
+                before = getattr(opts, name)
+                setattr(opts, name, before + value if isinstance(before, list) else value)
+        super().process_options(args, opts)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        if not args or args[0] not in SUBCOMMANDS:
-            what = f"unknown subcommand {args[0]!r}" if args else "missing subcommand"
-            raise UsageError(f"{what}: use one of {', '.join(SUBCOMMANDS)}")
-        sub, rest = args[0], args[1:]
         assert self.settings is not None
-        if sub == "embedded":
-            self.exitcode = _embedded(rest, opts, self.settings)
-            return
-        _check_options(sub, rest, opts)
-        if sub == FROM_SR and len(rest) != 1:
-            raise UsageError(f"'{sub}' takes one SPIDER (the scrapy-redis spider's name), "
-                             f"got {' '.join(rest) or 'none'}")
         try:
-            self.exitcode = asyncio.run(_main(sub, rest, opts, self.settings))
+            self.exitcode = asyncio.run(_main(opts, self.settings))
         except (CommandError, LeasedConfigError) as exc:  # a bad setting: its name, no trace
             print(f"Error: {exc}", file=sys.stderr)
             self.exitcode = 1
@@ -187,54 +168,7 @@ class Command(ScrapyCommand):
             self.exitcode = 0
 
 
-async def _main(sub: str, rest: list[str], opts: argparse.Namespace, settings: Settings) -> int:
+async def _main(opts: argparse.Namespace, settings: Settings) -> int:
     config = LeasedConfig.from_settings(settings)  # a bad setting: before Redis is reached
-    if sub == "status" or sub in SERVERS:
-        _concurrency(settings)
-    if sub == FROM_SR:
-        return await _from_scrapy_redis(rest[0], opts, settings, config)
-    crawl_arg = None
-    if rest and not (sub in URL_SUBCOMMANDS and _looks_like_source(rest[0])):
-        crawl_arg, rest = rest[0], rest[1:]
-    lines: list[str] = []
-    requests: list[NewRequest] = []
-    if sub in URL_SUBCOMMANDS:  # a bad line or setting: before Redis is reached (or started)
-        lines = _read_urls(rest, opts.file)
-        requests = _packed(lines, settings, config, sub,
-                           scrapy_redis=bool(opts.scrapy_redis))
-    url, source = _redis_url(opts, config, start_embedded=sub == "seed")
-    client = make_client(url)
-    try:
-        await check_reached(client, url, source)
-        if sub in SERVERS:
-            return await _serve(sub, crawl_arg, opts, settings, config, client, redact(url))
-        crawl = await _crawl_id(crawl_arg, settings, config, client)
-        admin = FleetAdmin(client, CrawlKeys(crawl), worker_ttl_ms=int(config.worker_ttl * 1000),
-                           lease_ms=config.lease_ms, max_attempts=config.max_attempts,
-                           half_life_ms=config.budgets.half_life_ms)
-        exists = await admin.exists()
-        hint = await _scrapy_redis_hint(client, crawl, settings, exists) \
-            if sub == "status" else None
-        if sub != "seed" and not exists:
-            crawls = await FleetAdmin.list_crawls(client)
-            raise CommandError(
-                f"unknown crawl {crawl!r} in Redis at {redact(url)}: no key "
-                f"{admin.keys.prefix}*; crawls there: {', '.join(crawls) or 'none'}"
-                + (f". WARNING: {hint}" if hint else ""))
-        if hint:  # on stderr: --json keeps stdout one object
-            print(f"WARNING: {hint}", file=sys.stderr)
-        if sub == "status":
-            return await _status(admin, opts, settings, redact(url), config.budgets)
-        if sub == "dead":
-            return await _dead(admin, opts)
-        if sub == "seed":
-            return await _seed(admin, lines, requests, config)
-        if sub == "forget":
-            return await _forget(admin, lines, requests, config)
-        if sub in CONTROL:
-            return await _control(admin, sub, config)
-        return await _reset(admin, opts, redact(url), config.upsert.prefix)
-    finally:
-        await client.aclose()
-
-
+    code: int = await opts.run(opts, settings, config)
+    return code

@@ -12,16 +12,53 @@ from ..settings import (
     LeasedConfig,
     LeasedConfigError,
 )
-from .common import BIND, DASHBOARD_PORT, METRICS_PORT, CommandError, _concurrency, _crawl_id
+from .common import (
+    BIND,
+    DASHBOARD_PORT,
+    METRICS_PORT,
+    CommandError,
+    _concurrency,
+    _crawl_id,
+    add_crawl,
+    connected,
+)
 
 if TYPE_CHECKING:
     import argparse
 
     from scrapy.settings import Settings
 
+    from .common import AddParser
 
-async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
-                 settings: Settings, config: LeasedConfig, client: Any, where: str) -> int:
+
+def add_parsers(add: AddParser) -> None:
+    metrics = add("metrics", "[CRAWL | --all-crawls] [--bind HOST] [--port N]",
+                  "serve Prometheus metrics of the crawl")
+    metrics.add_argument("--all-crawls", action="store_true",
+                         help="every crawl in this Redis (default without CRAWL, "
+                              "LEASED_CRAWL_ID or a single project spider)")
+    dashboard = add("dashboard", "[CRAWL] [--bind HOST] [--port N] [--allow-writes]",
+                    "serve a live web page of the crawl")
+    dashboard.add_argument("--allow-writes", action="store_true",
+                           help="offer requeue and purge of dead letters")
+    for p, port in ((metrics, METRICS_PORT), (dashboard, DASHBOARD_PORT)):
+        add_crawl(p)
+        p.add_argument("--bind", metavar="HOST", default=BIND,
+                       help=f"address to listen on (default {BIND})")
+        p.add_argument("--port", type=int, default=port, metavar="N",
+                       help=f"port (default {port}; 0 = any free port, printed)")
+        p.set_defaults(run=run)
+
+
+async def run(opts: argparse.Namespace, settings: Settings, config: LeasedConfig) -> int:
+    _concurrency(settings)  # a bad setting: before Redis is reached
+    async with connected(opts, config) as (client, where):
+        return await _serve(opts, settings, config, client, where)
+
+
+async def _serve(opts: argparse.Namespace, settings: Settings, config: LeasedConfig,
+                 client: Any, where: str) -> int:
+    sub, crawl_arg = opts.subcommand, opts.crawl
     try:
         from ..observe.reader import FleetReader
         from ..observe.server import dashboard_app, metrics_app, serve
@@ -30,7 +67,7 @@ async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
     except ImportError as exc:
         raise CommandError(str(exc)) from None
     crawl: str | None = crawl_arg
-    if crawl is None and not opts.all_crawls:
+    if crawl is None and not getattr(opts, "all_crawls", False):  # (metrics only)
         try:
             crawl = await _crawl_id(None, settings, config, client)
         except CommandError:
@@ -46,12 +83,11 @@ async def _serve(sub: str, crawl_arg: str | None, opts: argparse.Namespace,
                          lease_ms=config.lease_ms, max_attempts=config.max_attempts,
                          default_capacity=_concurrency(settings), only=only)
     if sub == "metrics":
-        app, port, what = metrics_app(reader), METRICS_PORT, "Prometheus metrics"
+        app, what = metrics_app(reader), "Prometheus metrics"
     else:
-        app, port, what = dashboard_app(reader, crawl, opts.allow_writes), DASHBOARD_PORT, (
+        app, what = dashboard_app(reader, crawl, opts.allow_writes), (
             "Dashboard" + (" (writes allowed)" if opts.allow_writes else " (read-only)"))
-    bind = BIND if opts.bind is None else opts.bind
-    port = port if opts.port is None else opts.port
+    bind, port = opts.bind, opts.port
     try:
         await serve(app, bind, port, what)
     except OSError as exc:

@@ -14,15 +14,50 @@ from typing import TYPE_CHECKING
 
 from ..fleet import Diagnosis, FleetAdmin, Snapshot
 from ..fleet.report import render_status, status_doc, status_warnings
-from ..settings import (
-    Budgets,
+from ..settings import Budgets, LeasedConfig
+from .common import (
+    CLEAR,
+    SAMPLE_SECONDS,
+    WATCH_INTERVAL_SECONDS,
+    WATCH_TREND_SECONDS,
+    _concurrency,
+    add_crawl,
+    connected,
+    number,
+    open_crawl,
 )
-from .common import CLEAR, SAMPLE_SECONDS, WATCH_INTERVAL_SECONDS, WATCH_TREND_SECONDS, _concurrency
 
 if TYPE_CHECKING:
     import argparse
 
     from scrapy.settings import Settings
+
+    from .common import AddParser
+
+
+def add_parsers(add: AddParser) -> None:
+    p = add("status", "[CRAWL] [--watch [--interval S]] [--json] [--sample S]",
+            "the crawl's state, numbers, workers and warnings")
+    add_crawl(p)
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable JSON (with --watch, one object per line)")
+    p.add_argument("--watch", action="store_true",
+                   help="redraw every --interval seconds, like top")
+    p.add_argument("--interval", type=number(float, 0, above=True), default=None,
+                   metavar="SECONDS", help="refresh period of --watch (default 2)")
+    p.add_argument("--sample", type=number(float, 0), default=None, metavar="SECONDS",
+                   help="trend window of the warnings, one status taking two samples this "
+                        "far apart (default 2; 0 = one sample, no trends); --watch compares "
+                        "with the sample this old (default 10)")
+    p.set_defaults(run=run)
+
+
+async def run(opts: argparse.Namespace, settings: Settings, config: LeasedConfig) -> int:
+    _concurrency(settings)  # a bad setting: before Redis is reached
+    async with connected(opts, config) as (client, where):
+        admin = await open_crawl(opts.crawl, settings, config, client, where,
+                                 warn_scrapy_redis=True)
+        return await _status(admin, opts, settings, where, config.budgets)
 
 
 async def _status(admin: FleetAdmin, opts: argparse.Namespace, settings: Settings,

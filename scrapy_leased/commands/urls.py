@@ -11,14 +11,59 @@ from typing import TYPE_CHECKING
 from ..fleet import FleetAdmin
 from ..fleet.report import n_of
 from ..frontier import NewRequest
-from ..settings import (
-    LeasedConfig,
-)
-from .common import CommandError
+from ..settings import LeasedConfig
+from .common import CommandError, _looks_like_source, connected, open_crawl
 
 if TYPE_CHECKING:
+    import argparse
 
     from scrapy.settings import Settings
+
+    from .common import AddParser
+
+
+def add_parsers(add: AddParser) -> None:
+    seed = add("seed", "[CRAWL] [--scrapy-redis] URL ... | -f FILE | -",
+               "queue URLs or requests, deduplicated as a worker's")
+    seed.add_argument("--scrapy-redis", action="store_true",
+                      help="read the lines as RedisSpider start entries, in scrapy-redis's "
+                           "JSON (url, method, meta, every other key a form field)")
+    forget = add("forget", "[CRAWL] URL ... | -f FILE | -",
+                 "remove URLs from the seen set, to be queued again")
+    for p, run in ((seed, run_seed), (forget, run_forget)):
+        p.add_argument("sources", nargs="*", metavar="[CRAWL] URL",
+                       help="the crawl (when the first is not a URL or -), then URLs or "
+                            "JSON requests ('-' = stdin)")
+        p.add_argument("-f", "--file", metavar="FILE", action="append", default=[],
+                       help="read URLs from FILE, one a line ('-' = stdin)")
+        p.set_defaults(run=run)
+
+
+async def run_seed(opts: argparse.Namespace, settings: Settings, config: LeasedConfig) -> int:
+    crawl_arg, lines, requests = _requests(opts, settings, config, "seed",
+                                            scrapy_redis=opts.scrapy_redis)
+    async with connected(opts, config, start_embedded=True) as (client, where):
+        admin = await open_crawl(crawl_arg, settings, config, client, where, create=True)
+        return await _seed(admin, lines, requests, config)
+
+
+async def run_forget(opts: argparse.Namespace, settings: Settings, config: LeasedConfig) -> int:
+    crawl_arg, lines, requests = _requests(opts, settings, config, "forget")
+    async with connected(opts, config) as (client, where):
+        admin = await open_crawl(crawl_arg, settings, config, client, where)
+        return await _forget(admin, lines, requests, config)
+
+
+def _requests(opts: argparse.Namespace, settings: Settings, config: LeasedConfig,
+              what: str, scrapy_redis: bool = False
+              ) -> tuple[str | None, list[str], list[NewRequest]]:
+    """The CRAWL argument (the first, unless a URL or -), the lines read and their
+    requests: a bad line or setting is told before Redis is reached (or started)."""
+    crawl_arg, rest = None, list(opts.sources)
+    if rest and not _looks_like_source(rest[0]):
+        crawl_arg, rest = rest[0], rest[1:]
+    lines = _read_urls(rest, opts.file)
+    return crawl_arg, lines, _packed(lines, settings, config, what, scrapy_redis)
 
 
 def _read_urls(sources: list[str], files: list[str]) -> list[str]:
