@@ -181,13 +181,32 @@ def code_subcommands() -> set[str]:
 
 
 def code_options() -> set[str]:
-    """Long options the package's commands add (``add_argument("--redis-url", ...)``);
-    the test site's (``python -m scrapy_leased.testing.site``) are not a command's."""
-    testing = PACKAGE / "testing"
-    return {a.value for path, tree in _modules() if testing not in path.parents
-            for c in ast.walk(tree)
-            if isinstance(c, ast.Call) and _name(c.func) == "add_argument"
-            for a in c.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
+    """Long options of ``scrapy leased`` and its subcommands, read from its real parser
+    (Scrapy's own global options, -s and the like, are Scrapy's to document)."""
+    import argparse
+
+    from scrapy.commands import ScrapyCommand
+    from scrapy.settings import Settings
+
+    from scrapy_leased.commands.leased import Command
+
+    def long_options(command: ScrapyCommand) -> set[str]:
+        command.settings = Settings()
+        parser = argparse.ArgumentParser()
+        command.add_options(parser)
+        parsers = [parser] + [sub for action in parser._actions
+                              if isinstance(action, argparse._SubParsersAction)
+                              for sub in action.choices.values()]
+        return {o for p in parsers for o in p._option_string_actions if o.startswith("--")}
+
+    class Plain(ScrapyCommand):  # Scrapy's own options only
+        def short_desc(self) -> str:
+            return ""
+
+        def run(self, args: list[str], opts: argparse.Namespace) -> None:
+            pass
+
+    return long_options(Command()) - long_options(Plain())
 
 
 def code_metrics() -> set[str]:

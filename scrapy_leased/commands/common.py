@@ -38,30 +38,6 @@ class AddParser(Protocol):
                  redis_url: bool = True) -> argparse.ArgumentParser: ...
 
 
-METRICS_PORT = 9410
-
-
-DASHBOARD_PORT = 8410
-
-
-BIND = "127.0.0.1"  # metrics and dashboard listen here by default
-
-
-WATCH_INTERVAL_SECONDS = 2.0  # --watch redraws this often
-
-
-SAMPLE_SECONDS = 2.0  # one status: two samples this far apart give the trends
-
-
-WATCH_TREND_SECONDS = 10.0  # --watch: trends against the sample this old
-
-
-DEAD_LIMIT = 20  # dead letters listed by default
-
-
-CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: --watch redraws in place
-
-
 class CommandError(Exception):
     """Printed as one line on stderr; exit status 1."""
 

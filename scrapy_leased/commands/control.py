@@ -3,23 +3,17 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
-from typing import TYPE_CHECKING
+
+from scrapy.settings import Settings
 
 from ..fleet import FleetAdmin
 from ..fleet.report import age_text, n_of
 from ..frontier import PAUSED, RUNNING, STOPPING
 from ..settings import LeasedConfig
-from .common import CommandError, add_crawl, connected, open_crawl
-
-if TYPE_CHECKING:
-    import argparse
-
-    from scrapy.settings import Settings
-
-    from .common import AddParser
-
+from .common import AddParser, CommandError, add_crawl, connected, open_crawl
 
 #: The fleet control subcommands and the control state each sets (keys.py: control)
 CONTROL = {"pause": PAUSED, "resume": RUNNING, "stop": STOPPING}

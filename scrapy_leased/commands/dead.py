@@ -3,20 +3,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-from typing import TYPE_CHECKING
+
+from scrapy.settings import Settings
 
 from ..fleet import FleetAdmin
 from ..fleet.report import n_of, render_dead
-from .common import DEAD_LIMIT, CommandError, add_crawl, connected, number, open_crawl
+from ..settings import LeasedConfig
+from .common import AddParser, CommandError, add_crawl, connected, number, open_crawl
 
-if TYPE_CHECKING:
-    import argparse
-
-    from scrapy.settings import Settings
-
-    from ..settings import LeasedConfig
-    from .common import AddParser
+DEAD_LIMIT = 20  # dead letters listed by default
 
 
 def add_parsers(add: AddParser) -> None:

@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import argparse
+from scrapy.settings import Settings
 
-    from scrapy.settings import Settings
-
-    from ..settings import LeasedConfig
-    from .common import AddParser
+from ..settings import LeasedConfig
+from .common import AddParser
 
 
 def add_parsers(add: AddParser) -> None:

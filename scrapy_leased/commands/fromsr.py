@@ -3,27 +3,20 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
+
+from scrapy.settings import Settings
 
 from ..fleet import FleetAdmin
 from ..fleet.report import n_of
 from ..fleet.seen import mark_seen
 from ..frontier import CrawlKeys, NewRequest
-from ..settings import (
-    LeasedConfig,
-    check_crawl_id,
-)
-from .common import CommandError, connected
+from ..settings import LeasedConfig, check_crawl_id
+from .common import AddParser, CommandError, connected
 from .urls import _packed, _read_urls
-
-if TYPE_CHECKING:
-    import argparse
-    from collections.abc import Callable
-
-    from scrapy.settings import Settings
-
-    from .common import AddParser
 
 
 def add_parsers(add: AddParser) -> None:

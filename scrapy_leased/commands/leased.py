@@ -115,10 +115,13 @@ class Command(ScrapyCommand):
             title="scrapy leased", dest="subcommand", metavar="SUBCOMMAND", required=True,
             prog="scrapy leased", parser_class=SubcommandParser)
         scrapy_options = self._scrapy_options()
+        # --redis-url before SUBCOMMAND too (the subparser's copy, given, wins)
+        redis_help = ("Redis of the crawl (default LEASED_REDIS_URL, else the project's "
+                      "embedded Redis)")
+        parser.add_argument("--redis-url", metavar="URL", help=redis_help)
         redis = SubcommandParser(add_help=False)
-        redis.add_argument("--redis-url", metavar="URL",
-                           help="Redis of the crawl (default LEASED_REDIS_URL, else the "
-                                "project's embedded Redis)")
+        redis.add_argument("--redis-url", metavar="URL", default=argparse.SUPPRESS,
+                           help=redis_help)
 
         def add(name: str, usage: str, help: str,
                 redis_url: bool = True) -> argparse.ArgumentParser:
@@ -143,9 +146,12 @@ class Command(ScrapyCommand):
         return options
 
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        parser = self._subcommands.choices[opts.subcommand]
         if args:  # not taken by the subcommand's parser: its usage and exit status 2
-            parser = self._subcommands.choices[opts.subcommand]
             parser.error(f"unrecognized arguments: {' '.join(args)}")
+        if opts.redis_url is not None and "--redis-url" not in parser._option_string_actions:
+            parser.error("unrecognized arguments: --redis-url (it works on the project's "
+                         "embedded Redis)")
         for name, value in list(vars(opts).items()):
             if name.startswith(AFTER):  # -s after SUBCOMMAND: added to -s before it
                 delattr(opts, name)

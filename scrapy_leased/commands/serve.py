@@ -3,45 +3,36 @@
 
 from __future__ import annotations
 
+import argparse
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..settings import (
-    CRAWL_ID_RE,
-    Budgets,
-    LeasedConfig,
-    LeasedConfigError,
-)
-from .common import (
-    BIND,
-    DASHBOARD_PORT,
-    METRICS_PORT,
-    CommandError,
-    _concurrency,
-    _crawl_id,
-    add_crawl,
-    connected,
-)
+from scrapy.settings import Settings
 
-if TYPE_CHECKING:
-    import argparse
+from ..settings import CRAWL_ID_RE, Budgets, LeasedConfig, LeasedConfigError
+from .common import AddParser, CommandError, _concurrency, _crawl_id, add_crawl, connected
 
-    from scrapy.settings import Settings
+METRICS_PORT = 9410
+DASHBOARD_PORT = 8410
+BIND = "127.0.0.1"  # metrics and dashboard listen here by default
 
-    from .common import AddParser
+
+#: Each server: its usage, what it does, its default port and the option only it takes
+SERVERS: dict[str, tuple[str, str, int, tuple[str, str]]] = {
+    "metrics": ("[CRAWL | --all-crawls] [--bind HOST] [--port N]",
+                "serve Prometheus metrics of the crawl", METRICS_PORT,
+                ("--all-crawls", "every crawl in this Redis (default without CRAWL, "
+                                 "LEASED_CRAWL_ID or a single project spider)")),
+    "dashboard": ("[CRAWL] [--bind HOST] [--port N] [--allow-writes]",
+                  "serve a live web page of the crawl", DASHBOARD_PORT,
+                  ("--allow-writes", "offer requeue and purge of dead letters")),
+}
 
 
 def add_parsers(add: AddParser) -> None:
-    metrics = add("metrics", "[CRAWL | --all-crawls] [--bind HOST] [--port N]",
-                  "serve Prometheus metrics of the crawl")
-    metrics.add_argument("--all-crawls", action="store_true",
-                         help="every crawl in this Redis (default without CRAWL, "
-                              "LEASED_CRAWL_ID or a single project spider)")
-    dashboard = add("dashboard", "[CRAWL] [--bind HOST] [--port N] [--allow-writes]",
-                    "serve a live web page of the crawl")
-    dashboard.add_argument("--allow-writes", action="store_true",
-                           help="offer requeue and purge of dead letters")
-    for p, port in ((metrics, METRICS_PORT), (dashboard, DASHBOARD_PORT)):
+    for name, (usage, about, port, (flag, flag_help)) in SERVERS.items():
+        p = add(name, usage, about)
+        p.add_argument(flag, action="store_true", help=flag_help)
         add_crawl(p)
         p.add_argument("--bind", metavar="HOST", default=BIND,
                        help=f"address to listen on (default {BIND})")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -10,29 +11,18 @@ import signal
 import sys
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+
+from scrapy.settings import Settings
 
 from ..fleet import Diagnosis, FleetAdmin, Snapshot
 from ..fleet.report import render_status, status_doc, status_warnings
 from ..settings import Budgets, LeasedConfig
-from .common import (
-    CLEAR,
-    SAMPLE_SECONDS,
-    WATCH_INTERVAL_SECONDS,
-    WATCH_TREND_SECONDS,
-    _concurrency,
-    add_crawl,
-    connected,
-    number,
-    open_crawl,
-)
+from .common import AddParser, _concurrency, add_crawl, connected, number, open_crawl
 
-if TYPE_CHECKING:
-    import argparse
-
-    from scrapy.settings import Settings
-
-    from .common import AddParser
+WATCH_INTERVAL_SECONDS = 2.0  # --watch redraws this often
+SAMPLE_SECONDS = 2.0  # one status: two samples this far apart give the trends
+WATCH_TREND_SECONDS = 10.0  # --watch: trends against the sample this old
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: --watch redraws in place
 
 
 def add_parsers(add: AddParser) -> None:

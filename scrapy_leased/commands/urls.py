@@ -4,22 +4,17 @@ is reached, then queued or forgotten."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from scrapy.settings import Settings
 
 from ..fleet import FleetAdmin
 from ..fleet.report import n_of
 from ..frontier import NewRequest
 from ..settings import LeasedConfig
-from .common import CommandError, _looks_like_source, connected, open_crawl
-
-if TYPE_CHECKING:
-    import argparse
-
-    from scrapy.settings import Settings
-
-    from .common import AddParser
+from .common import AddParser, CommandError, _looks_like_source, connected, open_crawl
 
 
 def add_parsers(add: AddParser) -> None:
