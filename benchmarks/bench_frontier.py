@@ -171,6 +171,8 @@ class SimWorker:
                                  max_attempts=4)
         for name, script in list(self.frontier._s.items()):
             self.frontier._s[name] = counted(self.window, name, script)
+        # the claim call object took the claim script when the frontier was built
+        self.frontier.claims.script = self.frontier._s["claim"]
         self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS)
         self.sizer = ClaimSizer(CONCURRENCY)
 
