@@ -2,13 +2,10 @@ import asyncio
 import json
 import os
 import time
-from dataclasses import dataclass, field
-from typing import IO
 
 from itemadapter import ItemAdapter
 
 
-@dataclass(eq=False)  # compared and hashed by identity, as any pipeline
 class RecordPipeline:
     """Append each item as one JSON line (plus ``pid`` and ``t``) to the file
     named by the ``RECORD_PATH`` setting (no-op if unset).
@@ -20,11 +17,12 @@ class RecordPipeline:
     it when it is ready for the items).
     """
 
-    path: str | None
-    delay: float = 0.0
-    delay_path: str | None = None
-    hold_file: str | None = None
-    file: IO[str] | None = field(default=None, init=False)
+    def __init__(self, path, delay=0.0, delay_path=None, hold_file=None):
+        self.path = path
+        self.hold_file = hold_file
+        self.delay = delay
+        self.delay_path = delay_path
+        self.file = None
 
     @classmethod
     def from_crawler(cls, crawler):
