@@ -97,9 +97,11 @@ class Scripts:
     def header_keys(self, name: str) -> tuple[str, ...]:
         """The names (CrawlKeys attributes) of script ``name``'s fixed KEYS, in order, as
         its header lists them (``keys_in_header``)."""
-        if name not in self._keys:
-            self._keys[name] = keys_in_header(self.text(name), f"lua/{name}.lua")
-        return self._keys[name]
+        try:  # every claim and commit asks: one lookup once known
+            return self._keys[name]
+        except KeyError:
+            found = self._keys[name] = keys_in_header(self.text(name), f"lua/{name}.lua")
+            return found
 
     def register(self, client: Any, *names: str) -> dict[str, Any]:
         """Scripts ``names`` registered on ``client`` (EVALSHA), by name."""
