@@ -104,8 +104,8 @@ def test_reader_refuses_a_short_reply():
 
 def test_claim_reply_by_name():
     env = "7|0|0|2|b.example|p"  # rid|attempts|expiries|priority|lane|payload
-    out = [1000, 5, 2, 1000, b"running", 3, 1, 2, b"a", b"b", 1, b"a", 1, b"b", b"p2",
-           42, env]
+    out = [1000, 5, 2, 1000, b"running", 3, 1, b"17:2", 2, b"a", b"b", 1, b"a", 1, b"b",
+           b"p2", 42, env]
     reply = ClaimReply.parse(out)
     assert reply.ready_lanes == ["a", "b"] and reply.free_lanes == frozenset({"a"})
     assert reply.tiers == {"b": "p2"}
@@ -113,7 +113,8 @@ def test_claim_reply_by_name():
     result = reply.result()
     assert (result.now_ms, result.queued, result.leases, result.next_ms) == (1000, 5, 2, 1000)
     assert (result.control, result.feed, result.stale) == ("running", 3, 1)
-    stopped = ClaimReply.parse([9, 0, 0, 9, "stopping", 0, 0, 0, 0, 0])
+    assert result.cookies == "17:2"
+    stopped = ClaimReply.parse([9, 0, 0, 9, "stopping", 0, 0, b"", 0, 0, 0])
     assert stopped.claims == [] and stopped.state == "stopping"
 
 
@@ -170,7 +171,7 @@ def test_claim_call_sends_a_lost_claim_again_and_resolves_it():
         if len(sent) == 1:
             raise ConnectionError("lost")
         return [1, 0, 0] if str(args[-4]).startswith("?") else [
-            1, 0, 0, 9, 0, 0, 9, "running", 0, 0, 0, 0, 1, "", "p3"]
+            1, 0, 0, 9, 0, 0, 9, "running", 0, 0, "", 0, 0, 1, "", "p3"]
 
     call = ClaimCall(script, keys, guard, tiers)
 

@@ -32,6 +32,8 @@ class ClaimReply(NamedTuple):
     state: str
     feed: int
     stale: int
+    #: the control HASH's ``cookies`` field: changes with every write to a cookie jar
+    cookies: str
     ready_lanes: list[str]
     free_lanes: frozenset[str]
     #: the top tier of each lane the reply names ('': none but p0)
@@ -43,7 +45,7 @@ class ClaimReply(NamedTuple):
         r = Reader(out)
         return cls(
             now_ms=r.number(), todo=r.number(), leases=r.number(), next_ms=r.number(),
-            state=r.text(), feed=r.number(), stale=r.number(),
+            state=r.text(), feed=r.number(), stale=r.number(), cookies=r.text(),
             ready_lanes=[as_str(x) for x in r.counted()],
             free_lanes=frozenset(as_str(x) for x in r.counted()),
             tiers={as_str(lane): as_str(code) for lane, code in pairs(r.counted(2))},
@@ -52,7 +54,8 @@ class ClaimReply(NamedTuple):
     def result(self) -> ClaimResult:
         return ClaimResult(
             self.now_ms, self.todo, self.leases, self.next_ms, self.ready_lanes, self.claims,
-            self.free_lanes, control=self.state, feed=self.feed, stale=self.stale)
+            self.free_lanes, control=self.state, feed=self.feed, stale=self.stale,
+            cookies=self.cookies)
 
 
 class ClaimCall:

@@ -203,7 +203,9 @@ class CrawlKeys:
         leased pause|resume|stop``, lua/control.lua; the LEASED_CLOSE_* limits, lua/claim.lua):
         ``state`` ``running`` (also when absent), ``paused`` or ``stopping``; ``since`` (ms of
         Redis TIME), ``by`` (who set it) and ``reason``. Read by every claim (lua/claim.lua)
-        and heartbeat (lua/renew.lua), so a worker started later obeys it too.""")
+        and heartbeat (lua/renew.lua), so a worker started later obeys it too. Also
+        ``cookies``: a mark set anew by every write to a cookie jar (lua/cookies_set.lua)
+        and returned by every claim (worker/cookies.py reads its jars again when it moved).""")
 
     feed = KeyName(
         """LIST: JSON requests pushed by any producer (docs/feed.md; ``RPUSH``), drained

@@ -123,6 +123,9 @@ class Frontier(_Settings):
     def __post_init__(self, caller: str | None) -> None:
         #: Called with the control state each claim and renewal reports (keys.py: control)
         self.on_control: Callable[[str], None] | None = None
+        #: The cookie jars' mark (control HASH ``cookies``) the last claim returned; None
+        #: before the first claim (worker/cookies.py)
+        self.cookies_mark: str | None = None
         self._s = register(self.client, "claim", "commit", "expired", "recover", "renew",
                            "release", "acquire", "penalize", "read", "feed_take",
                            "feed_commit", "layout", "revisit", "key_aside")
@@ -268,6 +271,7 @@ class Frontier(_Settings):
             count, self.lease_ms, worker_id, lanes, self.half_life_ms, self.ready_lanes,
             self.limits, continues))
         self._control(reply.state)
+        self.cookies_mark = reply.cookies
         return reply.result()
 
     async def resolve_claim(self) -> list[tuple[int, Envelope]]:

@@ -101,6 +101,9 @@ class ClaimResult:
     #: Lanes not served because their top tier was not the one passed (lua/claim.lua):
     #: they have claimable requests; claim again at once
     stale: int = 0
+    #: The control HASH's ``cookies`` field, as this claim read it: it changes with every
+    #: write to a cookie jar of the crawl (worker/cookies.py)
+    cookies: str = ""
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,14 @@ response set on one worker (a login's session) is sent by every worker of the cr
   (lua/cookies_set.lua: checked, then written; expired cookies pruned by Redis time; the
   version raised) before the response goes on to the callback: the requests the
   callback yields, whichever worker claims them, are sent with the cookie.
-- Reads are one ``HGET`` of the version per request; the jar is loaded again
-  (``HGETALL``) only when the version moved. A worker's own writes do not make it load
-  again unless another worker wrote in between.
+- Reads: every write also sets a mark in the crawl's control HASH (``cookies``), and
+  every claim returns that mark (lua/claim.lua). A request is sent with the jar as it is
+  in this worker when the jar was read (an ``HGET`` of its version) at the mark of this
+  worker's last claim, which came after the claim of the request: no jar changed since,
+  so the cookies any earlier response set are in it. Otherwise one ``HGET`` of the
+  version, and the jar is loaded again (``HGETALL``) only when the version moved. A
+  crawl whose responses set no cookie reads no jar. A worker's own writes do not make
+  it load again unless another worker wrote in between.
 - Redis failing: a request is sent with the jar this worker has (a WARNING, once per
   outage); changes not written stay pending in the worker (sent with its requests) and
   are written with the jar's next change, or retried at most once a second with its
@@ -32,6 +37,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from http.cookiejar import Cookie
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +62,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: worker/lua/cookies_set.lua: the fleet's cookie jars
-SCRIPTS = Scripts("scrapy_leased.worker", {"cookies_set": ("lib_time",)})
+SCRIPTS = Scripts("scrapy_leased.worker", {"cookies_set": ("lib_keys",)})
 VERSION_FIELD = "v"  # the jar's version, in its HASH (lua/cookies_set.lua)
 #: A ``meta['cookiejar']`` whose JSON is longer is named by its SHA-1 in Redis.
 MAX_JAR_NAME = 200
@@ -129,6 +135,8 @@ class SharedJar:
     def __init__(self, key: str) -> None:
         self.key = key  # the HASH
         self.version: int | None = None  # the version the local jar reflects (None: not loaded)
+        #: the claims' cookie mark (Frontier.cookies_mark) when the version was last read
+        self.read_at: str | None = None
         #: changes not written yet: field -> cookie JSON, or None to delete
         self.pending: dict[str, str | None] = {}
         self.loading: asyncio.Future[None] | None = None
@@ -143,6 +151,8 @@ class CookieStore:
     client: Any
     keys: CrawlKeys
     stats: Any
+    #: the cookie mark of this worker's last claim (Frontier.cookies_mark), None: unknown
+    mark: Callable[[], str | None] = lambda: None
     shared: dict[str, SharedJar] = dataclasses.field(default_factory=dict)
     _warned: set[str] = dataclasses.field(default_factory=set)
 
@@ -165,7 +175,11 @@ class CookieStore:
 
     async def sync(self, shared: SharedJar, jar: CookieJar) -> None:
         """Bring ``jar`` up to the fleet's version of it (one HGET; an HGETALL when it
-        moved); on a Redis error, ``jar`` stays as it is."""
+        moved), none when the last claim's cookie mark is the one it was read at; on a
+        Redis error, ``jar`` stays as it is."""
+        mark = self.mark()
+        if mark is not None and mark == shared.read_at and shared.loading is None:
+            return
         if await self._joined_load(shared):
             return
         try:
@@ -176,15 +190,18 @@ class CookieStore:
                             {"exc": exc})
             return
         self._ok("read")
+        self.stats.inc_value("leased/cookies_checked")
         version = int(raw) if raw is not None else 0
         if version == shared.version or (shared.version is None and version == 0):
             shared.version = version
+            shared.read_at = mark
             return
         if await self._joined_load(shared):  # another request started loading meanwhile
             return
         loading = shared.loading = asyncio.get_running_loop().create_future()
         try:
-            await self._load(shared, jar)
+            if await self._load(shared, jar):
+                shared.read_at = mark
         finally:
             loading.set_result(None)
             shared.loading = None
@@ -197,14 +214,15 @@ class CookieStore:
         await asyncio.shield(shared.loading)
         return True
 
-    async def _load(self, shared: SharedJar, jar: CookieJar) -> None:
+    async def _load(self, shared: SharedJar, jar: CookieJar) -> bool:
+        """Load ``jar`` from Redis; whether it could be read."""
         try:
             data = await self.client.hgetall(shared.key)
         except (RedisError, OSError) as exc:
             self._warn_once("read", "Shared cookies unavailable (%(exc)s): requests are "
                             "sent with this worker's cookies until Redis answers",
                             {"exc": exc})
-            return
+            return False
         cookies: list[Cookie] = []
         version = 0
         now = time.time()
@@ -240,6 +258,7 @@ class CookieStore:
                 inner.set_cookie(cookie_from_json(text))
         shared.version = version
         self.stats.inc_value("leased/cookies_loaded")
+        return True
 
     def note_changes(self, shared: SharedJar, before: dict[str, str], jar: CookieJar) -> bool:
         """Add what changed in ``jar`` since ``before`` (``snapshot``) to the pending
@@ -268,7 +287,7 @@ class CookieStore:
         args += dels
         shared.writing = True
         try:
-            reply = await self.script(keys=[shared.key], args=args)
+            reply = await self.script(keys=[shared.key, self.keys.control], args=args)
         except (RedisError, OSError) as exc:
             shared.retry_at = time.monotonic() + RETRY_SECONDS
             self.stats.inc_value("leased/cookies_write_errors")
@@ -318,7 +337,8 @@ class LeasedCookiesMiddleware(CookiesMiddleware):
         if frontier is None:
             return None
         if self._store is None or self._store_frontier is not frontier:
-            self._store = CookieStore(frontier.client, frontier.keys, self.crawler.stats)
+            self._store = CookieStore(frontier.client, frontier.keys, self.crawler.stats,
+                                      lambda: frontier.cookies_mark)
             self._store_frontier = frontier
         return self._store
 

@@ -53,13 +53,16 @@
 -- Then the guard's four KEYS and four ARGV (lib_guard.lua: epoch, tokens, rids, this
 -- worker's claim call key; call id, epoch, token, rid seen).
 -- Returns {epoch, tokens, rids (lib_guard.lua), now_ms, todo, leases, next_ms, state, feed,
--- stale, n, lane1..lane_n, m, free1..free_m, k, lane1, tier1, ..., lane_k, tier_k,
+-- stale, cookies, n, lane1..lane_n, m, free1..free_m, k, lane1, tier1, ..., lane_k, tier_k,
 -- token1, envelope1, ...} (only the first three for a replay-only call that finds no
 -- reply): state is the control state (running, paused, stopping; when not running: no
 -- claims, no lanes, next_ms = now_ms, feed 0); feed the entries in the feed and in
 -- batches taken off it (LLEN feed + HLEN feed_taken: work that is not in the queues
 -- yet, so the crawl is not finished); stale the number of lanes left unserved because
 -- their top tier was not the one passed (claim again at once: the reply names it);
+-- cookies the control HASH's 'cookies' field ('' when absent), changed by every write to
+-- a cookie jar of the crawl (worker/lua/cookies_set.lua): a worker whose jars were read
+-- at this value need not read them again for the requests of this claim;
 -- lane1..n are ready lanes to pass as candidates next time, next_ms the earliest time
 -- any lane is ready (now when one is); free1..m are the lanes claimed from that had
 -- nothing to enforce at this moment (no budget, no Crawl-delay, no block), so their
@@ -114,9 +117,10 @@ local half_life = tonumber(ARGV[5])
 g.now_us = guard_now_us()  -- one TIME read for the call: its tokens and its ms
 local now = math.floor(g.now_us / 1000)
 redis.call('ZADD', KEYS[8], now, ARGV[3])
-local control = redis.call('HMGET', KEYS[11], 'state', 'started')
+local control = redis.call('HMGET', KEYS[11], 'state', 'started', 'cookies')
 local state = control[1] or 'running'
 local started = tonumber(control[2])
+local cookies = control[3] or ''
 if not started then
   started = now
   redis.call('HSET', KEYS[11], 'started', now)
@@ -149,7 +153,7 @@ if state == 'running' then  -- the fleet-wide limits
 end
 if state ~= 'running' then
   return guard_reply(g, {now, tonumber(redis.call('GET', KEYS[9]) or 0),
-    redis.call('ZCARD', KEYS[2]), now, state, 0, 0, 0, 0, 0})
+    redis.call('ZCARD', KEYS[2]), now, state, 0, 0, cookies, 0, 0, 0})
 end
 local active = {}
 for i = 1, tonumber(ARGV[4]) do
@@ -344,7 +348,7 @@ for _, l in ipairs(all_active) do
   end
 end
 local out = {now, todo, redis.call('ZCARD', KEYS[2]),
-  next_ms, state, feed, stale, #ready}
+  next_ms, state, feed, stale, cookies, #ready}
 for _, lane in ipairs(ready) do out[#out + 1] = lane end
 out[#out + 1] = #free
 for _, lane in ipairs(free) do out[#out + 1] = lane end

@@ -1,7 +1,7 @@
 -- Shared helper, prepended by Python (scripts.py) to the scripts that touch a key an
 -- outsider may write (the feed, which any producer pushes to: claim.lua, feed_take.lua,
 -- feed_commit.lua, run_flush.lua; the control state, which a person may write by hand:
--- claim.lua, renew.lua, run_flush.lua). Not a script on its own.
+-- claim.lua, renew.lua, run_flush.lua, worker/lua/cookies_set.lua). Not a script on its own.
 --
 -- A script checks such a key's type before its first write: a producer that used XADD
 -- or SET on the feed would otherwise make a command fail half-way through a script,

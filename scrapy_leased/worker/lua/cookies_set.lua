@@ -4,14 +4,19 @@
 -- written for every worker of the crawl, in one step: every entry is checked first and
 -- nothing is written when one is malformed; then the cookies are set and deleted, the
 -- jar's expired cookies pruned (Redis TIME) and its version raised, so that the other
--- workers, which read the version before each request, load the jar again.
+-- workers load the jar again: the control HASH's 'cookies' field is set to a value never
+-- used before (Redis TIME in µs and the jar's new version), and every claim returns it
+-- (lua/claim.lua), so a worker reads a jar's version again only when a claim shows that
+-- some jar changed since it last read it.
 -- KEYS[1] cookies:<jar>  HASH  field '<domain>\n<path>\n<name>' -> cookie JSON
 --                               {"domain", "path", "name", "value", "expires", ...};
 --                               field 'v' -> the jar's version
+-- KEYS[2] control  HASH  the fleet's control state (keys.py); its field 'cookies' is set
 -- ARGV[1] n, the number of cookies to set; ARGV[2 .. 2n+1] field, cookie JSON pairs;
 -- ARGV[2n+2 ..] fields of cookies to delete
 -- Returns {version, number of expired cookies pruned}, or the error
--- 'COOKIE_INVALID <argument index> <why>' (nothing written).
+-- 'COOKIE_INVALID <argument index> <why>' (nothing written), or the wrong type of the
+-- control key (lib_keys.lua; nothing written).
 local VERSION = 'v'
 local n = tonumber(ARGV[1])
 if not n or n < 0 or 2 * n + 1 > #ARGV then
@@ -63,11 +68,15 @@ for i = 2 * n + 2, #ARGV do
   dels[#dels + 1] = ARGV[i]
 end
 
+local control_err = key_type_error(KEYS[2], 'hash', CONTROL_WHAT)
+if control_err then return control_err end
+
 if #sets > 0 then redis.call('HSET', KEYS[1], unpack(sets)) end
 if #dels > 0 then redis.call('HDEL', KEYS[1], unpack(dels)) end
 
 -- prune: cookies whose expiry (epoch seconds) is past, by Redis time
-local now_s = server_ms() / 1000
+local time = redis.call('TIME')
+local now_s = tonumber(time[1]) + tonumber(time[2]) / 1e6
 local all = redis.call('HGETALL', KEYS[1])
 local expired = {}
 for i = 1, #all, 2 do
@@ -84,4 +93,6 @@ for i = 1, #expired, 500 do
   redis.call('HDEL', KEYS[1], unpack(expired, i, math.min(i + 499, #expired)))
 end
 local version = redis.call('HINCRBY', KEYS[1], VERSION, 1)
+redis.call('HSET', KEYS[2], 'cookies', time[1] .. string.format('%06d', tonumber(time[2]))
+  .. ':' .. version)
 return {version, #expired}
