@@ -317,6 +317,8 @@ class LeasedCookiesMiddleware(CookiesMiddleware):
         self._store_frontier: Any = None
         self._warned_local = False
         self._warned_keys: set[str] = set()
+        #: meta['cookiejar'] -> its shared jar of ``_store`` (None: kept per worker)
+        self._jar_of: dict[Any, SharedJar | None] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -340,11 +342,20 @@ class LeasedCookiesMiddleware(CookiesMiddleware):
             self._store = CookieStore(frontier.client, frontier.keys, self.crawler.stats,
                                       lambda: frontier.cookies_mark)
             self._store_frontier = frontier
+            self._jar_of = {}
         return self._store
 
     def _shared_jar(self, store: CookieStore | None, key: Any) -> SharedJar | None:
         if store is None:
             return None
+        try:
+            return self._jar_of[key]
+        except KeyError:
+            pass
+        shared = self._jar_of[key] = self._new_shared_jar(store, key)
+        return shared
+
+    def _new_shared_jar(self, store: CookieStore, key: Any) -> SharedJar | None:
         name = jar_name(key)
         if name is None:
             kind = repr(key)
