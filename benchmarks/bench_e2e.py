@@ -216,13 +216,16 @@ def worker_command(mode: str, start_url: str, redis_url: str | None, crawl_id: s
 def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir: Path,
         timeout: float = 900.0, profile: str | None = None,
         nodelay: bool = True, make_site: Callable[[Path], Any] | None = None,
-        settings: dict[str, Any] | None = None) -> dict[str, Any]:
+        settings: dict[str, Any] | None = None,
+        prefix: list[str] | None = None) -> dict[str, Any]:
     """One crawl; returns the site summary, worker reports and Redis commands.
 
     ``plain`` with several workers is a control: that many independent plain Scrapy
     crawls at once, each of its own copy of the site (nothing shared).
     ``make_site(log_path)`` returns a started site (default: the test site of
-    ``pages`` pages, ``SiteProcess``); ``settings`` are passed to every worker with -s."""
+    ``pages`` pages, ``SiteProcess``); ``settings`` are passed to every worker with -s;
+    ``prefix`` goes before every worker's command (``bench_worker_instructions.py``:
+    valgrind)."""
     run_id = uuid.uuid4().hex[:8]
     rundir = workdir / f"{mode}-{workers}-{run_id}"
     rundir.mkdir(parents=True)
@@ -254,6 +257,8 @@ def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir:
             cmd = worker_command(mode, sites[k % nsites].url + "/p/0",
                                  redis.url if redis else None,
                                  f"bench-{run_id}", report, settings)
+            if prefix:
+                cmd = list(prefix) + cmd
             if profile and k == 0:
                 cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", profile, "--"] + cmd
             log = open(rundir / f"w{k}.log", "wb")

@@ -24,6 +24,9 @@ Sections (``--only`` names; all but ``e2e_defaults`` by default):
   (1, 2, 4 workers) vs scrapy-redis (1, 2, 4), downloads in flight and claims held
   (``bench_latency.py``, the site's ``--profile``); ``spread``: the same with delays of
   20-500 ms (8 hosts, 2 of them slow);
+* ``worker_instr``: instructions a worker runs per page (callgrind, CPU-bound site, one
+  worker): plain Scrapy vs scrapy_leased at its defaults, as a ratio
+  (``bench_worker_instructions.py``);
 * ``frontier``: the frontier at fleet scale, simulated workers without HTTP against one
   Redis: pages/s, Redis CPU per page, commands and round trips per page, beside the
   trivial-script ceiling of the same Redis, and where the scripts spend
@@ -75,7 +78,7 @@ SETUP_NAMES = {"plain": "plain Scrapy", "scrapy_redis": "scrapy-redis",
                "leased": "scrapy_leased (upsert pipeline off)",
                "leased_defaults": "scrapy_leased at its defaults"}
 SECTIONS = ("scheduler", "memory", "memory_prio", "e2e", "e2e_defaults", "latency", "spread",
-            "frontier")
+            "frontier", "worker_instr")
 SCHEDULERS = [("scrapy", "Scrapy default (in memory)"), ("scrapy_redis", "scrapy-redis"),
               ("leased", "scrapy_leased")]
 
@@ -601,6 +604,32 @@ def section_latency(profile: str, number: str, pages: int, reps: int, redis: Red
 SERVED_SHARE = 0.9  # the headline fleet: served at least this share of its offered load
 
 
+def section_worker_instr(quick: bool, raw: dict) -> dict:
+    import bench_worker_instructions as bwi
+
+    open_section("## 8. Instructions a worker runs per page")
+    small, large = (100, 300) if quick else (200, 700)
+    wait_quiet()
+    out = bwi.run(["plain", "leased_defaults"], small, large)
+    raw["worker_instr"] = out
+    emit(f"`valgrind --tool=callgrind` counts the instructions of a whole `scrapy crawl` "
+         f"of the CPU-bound test site (one worker), once with {small} pages and once with "
+         f"{large}: (difference) / {large - small} pages is the cost of a page, start-up "
+         f"cancelled out. Instructions repeat run to run where seconds on this machine do "
+         f"not; under valgrind a worker runs ~50x slower, so timing-dependent batching "
+         f"differs from full speed (`benchmarks/bench_worker_instructions.py`).")
+    emit()
+    emit("| setup | instructions, whole crawl of " + f"{small} pages | of {large} pages "
+         "| per 1,000 pages | vs plain Scrapy |")
+    emit("| --- | ---: | ---: | ---: | ---: |")
+    base = out["plain"]["per_1000"]
+    for mode, row in out.items():
+        emit(f"| {SETUP_NAMES[mode]} | {row['small']:,} | {row['large']:,} "
+             f"| {row['per_1000']:,.0f} | {row['per_1000'] / base:.3f}x |")
+    emit()
+    return out
+
+
 def section_frontier(quick: bool, raw: dict) -> dict:
     import bench_frontier as bf
 
@@ -953,6 +982,7 @@ def main() -> int:
         spread = timed("spread", lambda: section_latency("spread", "6", lat_pages, reps, redis,
                                                          raw))
         fr = timed("frontier", lambda: section_frontier(ns.quick, raw))
+        timed("worker_instr", lambda: section_worker_instr(ns.quick, raw))
         if ns.profile:
             section_profile(pages, redis, nodelay=not ns.stock_site)
         section_targets(s, m, e if e and ("leased", 1) in e["pps"] else None)
