@@ -196,6 +196,11 @@ def summarize_profile(path: str) -> dict[str, Any]:
 MODES = ("plain", "scrapy_redis", "leased", "leased_defaults")
 
 
+def py_spy() -> str:
+    """py-spy on PATH, else the one installed beside this Python (a venv not activated)."""
+    return shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+
 def is_leased(mode: str) -> bool:
     return mode.startswith("leased")
 
@@ -260,7 +265,7 @@ def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir:
             if prefix:
                 cmd = list(prefix) + cmd
             if profile and k == 0:
-                cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", profile, "--"] + cmd
+                cmd = [py_spy(), "record", "-r", "200", "-f", "raw", "-o", profile, "--"] + cmd
             log = open(rundir / f"w{k}.log", "wb")
             logs.append(log)
             procs.append(subprocess.Popen(cmd, cwd=str(PROJECT), env=env, stdout=log,
