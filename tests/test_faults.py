@@ -457,23 +457,32 @@ def test_ack_never_precedes_children_under_random_kills(
         return start_worker(redis_server.url, crawl_id, site.url + "/p/0", settings=settings,
                             args=args, name=next(names))
 
-    def registered() -> set[int]:  # pids in the worker registry (id host:pid:rand)
-        return {int(m.rsplit(":", 2)[1]) for m in st.r.zrange(st.k.workers, 0, -1)}
+    def holding() -> list:  # live workers holding the lease of a page the site holds
+        p = st.r.pipeline(transaction=True)
+        p.hgetall(st.k.owners).hgetall(st.k.inflight)
+        owners, inflight = p.execute()
+        held = site.held()
+        pids = {int(owner.rsplit(":", 2)[1])  # worker id host:pid:rand
+                for token, owner in owners.items()
+                if token in inflight and path_of(url_of(Envelope.parse(inflight[token]))) in held}
+        return [w for w in live if w.running and w.pid in pids]
 
     live = [start(), start()]
     killed = []
     try:
         # random moments spread over the crawl (by progress), each killing a worker
-        # that has joined and is storing items while the queue is far from empty
+        # while it holds the lease of a page: the site holds the pages from then on
+        # (callbacks and pipelines already running go on), so the victim cannot ack that
+        # lease before the kill however fast the crawl runs
         for threshold in sorted(rng.sample(range(20, n_pages - 80), kills)):
             wait_for(lambda: st.stat("done") >= threshold, 60, f"{threshold} pages done")
+            site.hold()
             time.sleep(rng.uniform(0, 0.3))
-            busy = wait_for(lambda: queue_len(st.r, st.k, LANE) >= 10 and [
-                w for w in live if w.running and w.pid in registered() and w.items()],
-                30, "a busy worker")
+            busy = wait_for(holding, 30, "a worker holding a lease of a held page")
             victim = rng.choice(busy)
             victim.kill9()
             killed.append((victim.name, st.stat("done"), st.r.zcard(st.k.leases)))
+            site.release()
             live.remove(victim)
             live.append(start())
         for w in live:

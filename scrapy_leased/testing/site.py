@@ -144,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
         if seconds > 0:
             time.sleep(seconds)
         if not self.site.gate.is_set():  # held: until release() (in-process Site)
-            self.site.gate.wait(HOLD_TIMEOUT)
+            self.site.wait_at_gate(urlsplit(self.path).path)
         self._send(200, page_html(i, self.site.pages, self.site.link_bases, self.site.link_route))
         return True
 
@@ -290,6 +290,7 @@ class Site:
         self.log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._hits: Counter[str] = Counter()
+        self._held: Counter[str] = Counter()  # path -> requests waiting at the gate
         self._logfile: IO[str] | None = None
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
@@ -331,6 +332,21 @@ class Site:
     def release(self) -> None:
         """Answer the held pages, and the next ones at once."""
         self.gate.set()
+
+    def wait_at_gate(self, path: str) -> None:
+        """Hold a request for ``path`` until :meth:`release` (counted in ``held``)."""
+        with self._lock:
+            self._held[path] += 1
+        try:
+            self.gate.wait(HOLD_TIMEOUT)
+        finally:
+            with self._lock:
+                self._held[path] -= 1
+
+    def held(self) -> set[str]:
+        """The paths of the requests waiting for :meth:`release` now."""
+        with self._lock:
+            return {path for path, n in self._held.items() if n > 0}
 
     def stop(self) -> None:
         self.gate.set()  # no handler thread stays blocked
