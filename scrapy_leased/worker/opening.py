@@ -152,6 +152,7 @@ class Opening:
         w.failures.connect(w.crawler)
         w.crawler.signals.connect(w.slots.on_reached_downloader,
                                   signals.request_reached_downloader)
+        w.crawler.signals.connect(w.slots.left, signals.request_left_downloader)
         w.kick = Kick()
         w.claims.round_done = asyncio.Event()
         w.keeper = LeaseKeeper(

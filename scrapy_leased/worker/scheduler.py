@@ -230,6 +230,7 @@ class LeasedScheduler(BaseScheduler):
                 self.claims.want_claims()
             return None
         request, claim, where = taken
+        self.slots.handed(request, claim.slot)
         if where == "redis":
             self.sizer.handed_out()
             if claim.slot is not None:

@@ -27,6 +27,7 @@ class Settlement:
 
     def on_request_finished(self, request: Request) -> None:
         self.w.slots.approaching.pop(request, None)
+        self.w.slots.left(request)
         claim = self.w.book.finished(request)
         if claim is not None:
             self.settle(claim)
