@@ -84,12 +84,13 @@ class Slots:
         key = self.downloading.pop(request, None)
         if key is None:
             return
+        was_full = self.full(key)
         n = self.in_slot[key] - 1
         if n > 0:
             self.in_slot[key] = n
         else:
             del self.in_slot[key]
-        if n + 1 >= self.concurrency(key):  # it was full: hand out the next one now
+        if was_full:  # hand out the next one now
             self.w.engine.wake()
 
     def concurrency(self, key: str) -> int:
