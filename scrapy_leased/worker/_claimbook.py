@@ -104,7 +104,7 @@ class ClaimBook:
             if startable is None or startable(self.ready[0][1]):
                 request, claim = self.ready.popleft()
             else:
-                at = next((i for i, (_, c) in enumerate(self.ready) if startable(c)), None)
+                at = _first_startable(self.ready, startable)
                 if at is None:
                     return None  # every slot of the ready claims is full
                 request, claim = self.ready[at]
@@ -211,3 +211,17 @@ class ClaimBook:
         self.local.clear()
         self.deferred.clear()
         self.suspects.clear()
+
+
+def _first_startable(ready: deque[tuple[Request, Claim]],
+                     startable: Callable[[Claim], bool]) -> int | None:
+    """The index of the first ready claim ``startable`` lets start, None: none. A
+    slot's answer is asked once: claims of one download slot get the same."""
+    refused: set[str | None] = set()
+    for i, (_, claim) in enumerate(ready):
+        if claim.slot in refused:
+            continue
+        if startable(claim):
+            return i
+        refused.add(claim.slot)
+    return None

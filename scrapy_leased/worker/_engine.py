@@ -39,6 +39,7 @@ class EngineHooks:
         self.nextcall: Any = None
         self.slot: Any = None  # the engine's slot
         self.scraper: Any = None
+        self._downloader: Any = None  # the engine's, kept: it is looked up per request
 
     def install(self, on_finished: Callable[[Request], None]) -> None:
         engine = self.crawler.engine
@@ -58,6 +59,7 @@ class EngineHooks:
         self.nextcall = slot.nextcall
         self.slot = slot
         self.scraper = scraper
+        self._downloader = getattr(engine, "downloader", None)
 
     def wake(self) -> None:
         if self.nextcall is not None:
@@ -70,12 +72,13 @@ class EngineHooks:
     def downloading(self, handed: int) -> int:
         """Requests in Scrapy's downloader: what it counts against CONCURRENT_REQUESTS
         (``handed``, the requests handed to the engine, without a downloader)."""
-        downloader = getattr(self.crawler.engine, "downloader", None)
-        active = getattr(downloader, "active", None)
+        active = getattr(self.downloader(), "active", None)
         return len(active) if active is not None else handed
 
     def downloader(self) -> Any:
-        return getattr(self.crawler.engine, "downloader", None)
+        if self._downloader is None:
+            return getattr(self.crawler.engine, "downloader", None)
+        return self._downloader
 
     def in_scraper(self, request: Request) -> bool:
         """Whether ``request``'s response or failure is in the scraper (its callback or

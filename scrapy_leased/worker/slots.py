@@ -56,6 +56,8 @@ class Slots:
         # key), and their count per slot
         self.downloading: dict[Request, str] = {}
         self.in_slot: Counter[str] = Counter()
+        # (slot key, setting) -> what a slot the downloader has not made yet gets
+        self.new_slot: dict[tuple[str, str], float] = {}
 
     def remember(self, lane: str, key: str | None) -> None:
         """The download slot of ``lane``'s requests is ``key`` (None: not known)."""
@@ -93,19 +95,30 @@ class Slots:
         if was_full:  # hand out the next one now
             self.w.engine.wake()
 
-    def concurrency(self, key: str) -> int:
-        """How many requests download slot ``key`` transfers at once (0: no bound)."""
+    def _setting(self, key: str, name: str, defaults: tuple[str, ...]) -> float:
+        """Download slot ``key``'s ``name`` (``concurrency``, ``delay``), or what a new
+        slot gets: ``DOWNLOAD_SLOTS``, else the first of the downloader's ``defaults``
+        attributes that is set."""
         downloader = self.w.engine.downloader()
         slot = getattr(downloader, "slots", {}).get(key)
         if slot is not None:
-            return int(getattr(slot, "concurrency", 0) or 0)
-        per_slot = getattr(downloader, "per_slot_settings", None) or {}
-        default = getattr(downloader, "ip_concurrency", 0) or getattr(
-            downloader, "domain_concurrency", 0) or 0
-        try:
-            return int(per_slot.get(key, {}).get("concurrency", default) or 0)
-        except (TypeError, ValueError, AttributeError):
-            return int(default)
+            return float(getattr(slot, name, 0) or 0)
+        value = self.new_slot.get((key, name))
+        if value is None:  # from settings, which do not change while crawling
+            default = next((v for a in defaults if (v := getattr(downloader, a, 0))), 0)
+            per_slot = getattr(downloader, "per_slot_settings", None) or {}
+            try:
+                value = float(per_slot.get(key, {}).get(name, default) or 0)
+            except (TypeError, ValueError, AttributeError):
+                value = float(default)
+            if len(self.new_slot) >= LANE_SLOTS_MAX:
+                self.new_slot.pop(next(iter(self.new_slot)))
+            self.new_slot[(key, name)] = value
+        return value
+
+    def concurrency(self, key: str) -> int:
+        """How many requests download slot ``key`` transfers at once (0: no bound)."""
+        return int(self._setting(key, "concurrency", ("ip_concurrency", "domain_concurrency")))
 
     def full(self, key: str) -> bool:
         """Whether download slot ``key`` has as many of this worker's requests as it
@@ -129,16 +142,7 @@ class Slots:
     def delay(self, key: str) -> float:
         """The delay of download slot ``key`` (AutoThrottle changes it), or the delay a
         new one gets (DOWNLOAD_DELAY, DOWNLOAD_SLOTS, AUTOTHROTTLE_START_DELAY)."""
-        downloader = self.w.engine.downloader()
-        slot = getattr(downloader, "slots", {}).get(key)
-        if slot is not None:
-            return float(getattr(slot, "delay", 0) or 0)
-        per_slot = getattr(downloader, "per_slot_settings", None) or {}
-        default = getattr(downloader, "_delay", 0) or 0
-        try:
-            return float(per_slot.get(key, {}).get("delay", default) or 0)
-        except (TypeError, ValueError, AttributeError):
-            return 0.0
+        return self._setting(key, "delay", ("_delay",))
 
     def next_start(self, key: str) -> tuple[float, float]:
         """(delay, wait) of download slot ``key``: its delay (``delay``) and the
@@ -171,6 +175,8 @@ class Slots:
             return True
         if self.full(claim.slot):
             return False
+        if self.w.throttle is None and not self.delay(claim.slot):
+            return True  # no delay: a slot with room starts it at once
         if self.w.throttle is not None and not self.w.throttle.ready(claim.slot):
             return False
         quota, pending, _, _ = self.pending(claim.slot)
