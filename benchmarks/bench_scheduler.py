@@ -19,7 +19,9 @@ interface, the way the engine drives it:
 * dequeue: ``next_request`` until N requests were handed out, with at most
   ``CONCURRENT_REQUESTS`` (16) in flight as in the engine; each handed-out request is
   "downloaded" instantly and finished the way the engine finishes it (removed from the
-  engine slot's ``inprogress`` set), so for scrapy_leased a dequeue is a full cycle:
+  engine slot's ``inprogress`` set); before that, its download slot is looked up
+  (``Downloader.get_slot_key``, which parses the URL once per request object), as the
+  engine's ``fetch`` does first with every request, so for scrapy_leased a dequeue is a full cycle:
   claim (``claim.lua`` through the scheduler's own claim loop), hand out, finish, ack
   (``commit.lua``); the rate includes the wait until every ack is in Redis. For
   Scrapy's and scrapy-redis's schedulers a dequeue is ``next_request`` alone (they
@@ -139,6 +141,7 @@ async def run_scheduler(which: str, n: int, redis_url: str | None, concurrency: 
 
     # -- dequeue (scrapy_leased: claim + hand out + finish + ack)
     nextcall: _NextCall = slot.nextcall
+    downloader = crawler.engine.downloader
     handed = 0
     t0 = time.perf_counter()
     t_last_handed = t0
@@ -149,6 +152,7 @@ async def run_scheduler(which: str, n: int, redis_url: str | None, concurrency: 
             r = sched.next_request()
             if r is None:
                 break
+            downloader.get_slot_key(r)  # as the engine's fetch does first (_get_slot)
             slot.inprogress.add(r)
             inflight.append(r)
         if inflight:

@@ -300,10 +300,14 @@ def section_scheduler(n: int, reps: int, redis: RedisServer, raw: dict) -> dict:
          "`enqueue_request`, 10 at a time (one page's links) between returns to the event "
          "loop; scrapy_leased's time includes its `CommitWriter` writing all of them to "
          "Redis. Dequeue: `next_request` with at most `CONCURRENT_REQUESTS` (16) in "
-         "flight; each request is finished at once as the engine finishes it; for "
+         "flight; each request's download slot is looked up "
+         "(`Downloader.get_slot_key`, as the engine's `fetch` does first: scrapy_leased "
+         "looks it up itself when it claims a request, and the downloader's lookup then "
+         "finds the URL already parsed), then the request is finished at once as the "
+         "engine finishes it; for "
          "scrapy_leased that is a claim by its claim loop, then an ack, and the time "
          "includes the last ack reaching Redis. Scrapy's and scrapy-redis's schedulers "
-         "have no ack: their dequeue is `next_request` alone. See "
+         "have no ack: their dequeue is `next_request` and the slot lookup. See "
          "`benchmarks/bench_scheduler.py`.")
     emit()
     return {"enqueue": statistics.median(enq["leased"]),
@@ -513,7 +517,10 @@ def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
          "in `benchproject/extensions.py`; that is the client-side column.")
     emit()
     pps_med = {s: statistics.median([r["pages_per_s"] for r in results[s]]) for s in results}
-    return {"pps": pps_med, "plain": statistics.median(plain), "trips": trips, "pages": pages}
+    conns = {s: statistics.median([r["site"]["connections"] for r in results[s]])
+             for s in results}
+    return {"pps": pps_med, "plain": statistics.median(plain), "trips": trips, "pages": pages,
+            "conns_per_host": conns}
 
 
 # -- 5. latency-bound ----------------------------------------------------------------
@@ -596,7 +603,11 @@ def section_latency(profile: str, number: str, pages: int, reps: int, redis: Red
                 for r in results[st.spec] if r["probe"].get("unstarted_max") is not None),
                default=None)
     site = max(r["site_cores"] for st in setups for r in results[st.spec])
-    return {"pps": pps, "plain": plain, "unstarted_max": umax, "site_cores": site}
+    conns = {(st.mode, st.workers): statistics.median(r["site"]["connections"] / hosts
+                                                      for r in results[st.spec])
+             for st in setups}
+    return {"pps": pps, "plain": plain, "unstarted_max": umax, "site_cores": site,
+            "conns_per_host": conns}
 
 
 # -- 7. frontier at fleet scale --------------------------------------------------------
@@ -832,6 +843,57 @@ def section_targets_12(lat: dict | None, spread: dict | None, e: dict | None,
     emit()
 
 
+# -- issue #26 targets -----------------------------------------------------------------
+
+
+def section_targets_26(lat: dict | None, e: dict | None, wi: dict | None) -> None:
+    """The lines of issue #26 this run measures, read off sections 3, 5 and 8."""
+    if not (lat or e or wi):
+        return
+    emit("## Targets of issue #26")
+    emit()
+    emit("| target | measured (median) | |")
+    emit("| --- | ---: | --- |")
+
+    def row(name: str, value: str, ok: bool) -> None:
+        emit(f"| {name} | {value} | {'met' if ok else '**missed**'} |")
+
+    for name, res in (("CPU-bound site (section 3)", e), ("100 ms site (section 5)", lat)):
+        conns = (res or {}).get("conns_per_host", {})
+        if ("plain", 1) in conns and ("leased_defaults", 1) in conns:
+            mine, plain = conns[("leased_defaults", 1)], conns[("plain", 1)]
+            v = mine / plain if plain else float("inf")
+            row(f"{name}: HTTP connections per host, 1 worker <= 1.2x plain Scrapy's",
+                f"{mine:.1f} vs {plain:.1f}: {v:.3f}x", v <= 1.2)
+    if wi:
+        v = wi["leased_defaults"]["per_1000"] / wi["plain"]["per_1000"]
+        row("worker instructions per page <= 1.05x plain Scrapy's (section 8)", f"{v:.3f}x",
+            v <= 1.05)
+    if lat:
+        p = lat["plain"]
+        for w, target in ((1, 0.97), (2, 1.9)):
+            v = lat["pps"][("leased_defaults", w)] / p
+            row(f"100 ms site: {w} worker{'s' if w > 1 else ''} >= {target}x plain Scrapy",
+                f"{v:.3f}x", v >= target)
+        ctl = lat["pps"].get(("plain", 4))
+        if ctl:
+            v = lat["pps"][("leased_defaults", 4)] / ctl
+            row("100 ms site: 4 workers >= 0.95x of 4 independent plain crawls",
+                f"{v:.3f}x", v >= 0.95)
+    if e and ("leased_defaults", 1) in e["pps"]:
+        v = e["pps"][("leased_defaults", 1)] / e["plain"]
+        row("CPU-bound site: 1 worker >= 0.95x plain Scrapy", f"{v:.3f}x", v >= 0.95)
+        ctl = e["pps"].get(("plain", 2))
+        if ctl and ("leased_defaults", 2) in e["pps"]:
+            v = e["pps"][("leased_defaults", 2)] / ctl
+            row("CPU-bound site: 2 workers >= 0.95x of 2 independent plain crawls",
+                f"{v:.3f}x", v >= 0.95)
+    emit()
+    emit("Not measured here: the Redis cost per page (issue #26 item 1) and sharding "
+         "(item 2).")
+    emit()
+
+
 # -- profile -----------------------------------------------------------------------
 
 
@@ -982,11 +1044,12 @@ def main() -> int:
         spread = timed("spread", lambda: section_latency("spread", "6", lat_pages, reps, redis,
                                                          raw))
         fr = timed("frontier", lambda: section_frontier(ns.quick, raw))
-        timed("worker_instr", lambda: section_worker_instr(ns.quick, raw))
+        wi = timed("worker_instr", lambda: section_worker_instr(ns.quick, raw))
         if ns.profile:
             section_profile(pages, redis, nodelay=not ns.stock_site)
         section_targets(s, m, e if e and ("leased", 1) in e["pps"] else None)
         section_targets_12(lat, spread, e, fr, mp)
+        section_targets_26(lat, e, wi)
         emit("Time per section: " + ", ".join(f"`{k}` {v:.0f} s" for k, v in took.items())
              + ".")
         emit()
