@@ -56,6 +56,9 @@ class Slots:
         # key), and their count per slot
         self.downloading: dict[Request, str] = {}
         self.in_slot: Counter[str] = Counter()
+        # slots found full when a claim of theirs was to start: the engine is woken
+        # when one of their requests leaves
+        self.refused: set[str] = set()
         # (slot key, setting) -> what a slot the downloader has not made yet gets
         self.new_slot: dict[tuple[str, str], float] = {}
 
@@ -86,13 +89,13 @@ class Slots:
         key = self.downloading.pop(request, None)
         if key is None:
             return
-        was_full = self.full(key)
         n = self.in_slot[key] - 1
         if n > 0:
             self.in_slot[key] = n
         else:
             del self.in_slot[key]
-        if was_full:  # hand out the next one now
+        if key in self.refused:  # a claim waits for this room: hand it out now
+            self.refused.discard(key)
             self.w.engine.wake()
 
     def _setting(self, key: str, name: str, defaults: tuple[str, ...]) -> float:
@@ -174,6 +177,7 @@ class Slots:
         if claim.slot is None:
             return True
         if self.full(claim.slot):
+            self.refused.add(claim.slot)
             return False
         if self.w.throttle is None and not self.delay(claim.slot):
             return True  # no delay: a slot with room starts it at once
