@@ -786,15 +786,17 @@ def section_memory_prio(n: int, raw: dict) -> dict:
 # -- issue #12 targets -----------------------------------------------------------------
 
 
+def row(name: str, value: str, ok: bool) -> None:
+    """One line of a targets table."""
+    emit(f"| {name} | {value} | {'met' if ok else '**missed**'} |")
+
+
 def section_targets_12(lat: dict | None, spread: dict | None, e: dict | None,
                        fr: dict | None, mp: dict | None) -> None:
     emit("## Targets of issue #12")
     emit()
     emit("| target | measured (median) | |")
     emit("| --- | ---: | --- |")
-
-    def row(name: str, value: str, ok: bool) -> None:
-        emit(f"| {name} | {value} | {'met' if ok else '**missed**'} |")
 
     if lat:
         p = lat["plain"]
@@ -854,9 +856,6 @@ def section_targets_26(lat: dict | None, e: dict | None, wi: dict | None) -> Non
     emit()
     emit("| target | measured (median) | |")
     emit("| --- | ---: | --- |")
-
-    def row(name: str, value: str, ok: bool) -> None:
-        emit(f"| {name} | {value} | {'met' if ok else '**missed**'} |")
 
     for name, res in (("CPU-bound site (section 3)", e), ("100 ms site (section 5)", lat)):
         conns = (res or {}).get("conns_per_host", {})
@@ -938,9 +937,6 @@ def section_targets(s: dict | None, m: dict | None, e: dict | None) -> None:
     emit()
     emit("| target | measured (median) | |")
     emit("| --- | ---: | --- |")
-
-    def row(name: str, value: str, ok: bool) -> None:
-        emit(f"| {name} | {value} | {'met' if ok else '**missed**'} |")
 
     def x(v: float) -> str:  # 3 decimals: a ratio just under a target must not print as it
         return f"{v:.3f}x"
