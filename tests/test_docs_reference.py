@@ -226,7 +226,7 @@ def code_metrics() -> set[str]:
 def test_the_scan_finds_what_it_should() -> None:
     """The scanners see today's names, so an empty result can never pass by accident."""
     assert {"LEASED_REDIS_URL", "LEASED_RATE", "LEASED_UPSERT_URL"} <= code_settings()
-    assert {"leased/acked", "leased/failed_stale", "scheduler/dequeued/",
+    assert {"leased/acked", "leased/failed_stale", "scheduler/dequeued/redis",
             "leased/upsert/written", "leased/upsert/missing_key",
             "leased/upsert/batches_failed"} <= code_stats()
     assert {"done", "recovered", "purged_dead"} <= code_fleet_counters()

@@ -220,34 +220,40 @@ class ClaimLoop:
         arrival: a penalty this worker hears of after ``sent`` may have been set before
         the claim ran in Redis, so those requests are checked at download time
         (ratelimit/watch.py)."""
-        assert self.w.spider is not None and self.w.writer is not None
+        w = self.w
+        assert w.spider is not None and w.writer is not None
         claimed_at = sent
+        claimed = retried = 0
         for token, env in result.claims:
             claim = Claim(token, env.rid, env.lane, env.priority, since=time.monotonic())
             try:
-                request = self.w.codec.decode(env.payload, self.w.spider, env.priority)
-                after_ms = revisit_ms(request, self.w.config.revisit_after_ms)
+                request = w.codec.decode(env.payload, w.spider, env.priority)
+                after_ms = revisit_ms(request, w.config.revisit_after_ms)
                 if after_ms > 0:
                     claim.revisit = Revisit(after_ms, env.priority, env.lane, env.payload)
             except Exception as exc:  # whatever a stored payload makes decoding raise
                 why = str(exc) if isinstance(exc, ValueError) \
                     else f"{type(exc).__name__}: {exc}"
-                self.w.stats.inc_value("leased/undecodable")
+                w.stats.inc_value("leased/undecodable")
                 logger.error("Dead-lettering stored request %(rid)d: %(error)s",
                              {"rid": env.rid, "error": safe_text(why)})
-                self.w.book.settling.add(token)
-                self.w.writer.add_fail(Failure(token, why, permanent=True, lane=env.lane,
-                                               rid=env.rid, priority=env.priority))
+                w.book.settling.add(token)
+                w.writer.add_fail(Failure(token, why, permanent=True, lane=env.lane,
+                                          rid=env.rid, priority=env.priority))
                 continue
             request.meta[META_CLAIM] = token
-            claim.slot = self.w.slots.key(request)
-            self.w.slots.remember(env.lane, claim.slot)
+            claim.slot = w.slots.key(request)
+            w.slots.remember(env.lane, claim.slot)
             if env.lane in result.free_lanes:
                 request.meta[META_FREE_SINCE] = claimed_at
-            self.w.book.add(request, claim, suspect=bool(env.expiries))
-            self.w.stats.inc_value("leased/claimed")
+            w.book.add(request, claim, suspect=bool(env.expiries))
+            claimed += 1
             if env.attempts:
-                self.w.stats.inc_value("leased/claimed_retry")
+                retried += 1
+        if claimed:  # one call per reply: Scrapy's stats calls are not cheap
+            w.stats.inc_value("leased/claimed", claimed)
+        if retried:
+            w.stats.inc_value("leased/claimed_retry", retried)
 
     async def claim_more(self, first: ClaimResult, want: int,
                          first_asked: list[tuple[str, Budget]]) -> ClaimResult:

@@ -281,4 +281,5 @@ class Opening:
                 logger.info("Released %(n)d unstarted requests back to the queue",
                             {"n": released})
         w.book.clear()
+        w.tally.flush()  # before Scrapy dumps its stats
         await w.frontier.client.aclose()

@@ -60,6 +60,7 @@ from .seeder import START_BUFFER, Seeder
 from .seen import seen_for
 from .settle import Settlement
 from .slots import Slots
+from .tally import Tally
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -75,6 +76,9 @@ if TYPE_CHECKING:
     from ._throttleshare import ThrottleShare
 
 logger = logging.getLogger(__name__)
+
+#: The dequeue stats by where a request was (``ClaimBook.take``), as Scrapy names them
+DEQUEUED = {"memory": "scheduler/dequeued/memory", "redis": "scheduler/dequeued/redis"}
 
 __all__ = ["START_BUFFER", "STOP_REASON", "LeasedScheduler"]
 
@@ -96,6 +100,7 @@ class LeasedScheduler(BaseScheduler):
         self.order = order or QueueOrder.from_settings(crawler.settings)
         self.codec = codec or Codec.from_settings(crawler.settings)
         self.stats = crawler.stats
+        self.tally = Tally(self.stats)  # per-request counts, passed on per commit
         self.df = dupefilter
         self.seen = seen_for(dupefilter, self.stats)
         self.concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
@@ -178,8 +183,8 @@ class LeasedScheduler(BaseScheduler):
             else:
                 self.book.local.append((request, claim))
                 self.engine.wake()
-            self.stats.inc_value("scheduler/enqueued/memory")
-            self.stats.inc_value("scheduler/enqueued")
+            self.tally.add("scheduler/enqueued/memory")
+            self.tally.add("scheduler/enqueued")
             return True
         assert self.writer is not None and self.spider is not None
         key: tuple[int, int] | None = None
@@ -201,7 +206,7 @@ class LeasedScheduler(BaseScheduler):
             new = NewRequest(payload, priority, key[0], key[1], lane, order)
         self.writer.add_request(new, request)
         self.unconfirmed += 1
-        self.stats.inc_value("leased/enqueue_sent")
+        self.tally.add("leased/enqueue_sent")
         return True
 
     def dropped(self, request: Request, exc: PayloadError) -> None:
@@ -235,8 +240,8 @@ class LeasedScheduler(BaseScheduler):
             self.sizer.handed_out()
             if claim.slot is not None:
                 self.slots.approaching[request] = claim.slot
-        self.stats.inc_value(f"scheduler/dequeued/{where}")
-        self.stats.inc_value("scheduler/dequeued")
+        self.tally.add(DEQUEUED[where])
+        self.tally.add("scheduler/dequeued")
         if self.kick is not None and len(self.book.ready) < self.concurrency // 2:
             self.kick.set()
         return request

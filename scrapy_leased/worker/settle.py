@@ -52,7 +52,6 @@ class Settlement:
             self.w.kick.set()
         self.w.unconfirmed -= len(batch.enqueue)
         self.w.book.written([token for token, _ in batch.acks] + [f.token for f in batch.fails])
-        stats = self.w.stats
         seen = self.w.seen
         filled: set[str] = set()
         for new, tag, queued in zip(batch.enqueue, batch.tags, result.queued):
@@ -60,9 +59,6 @@ class Settlement:
                 seen.confirmed(new.bucket, new.member)
             if queued:
                 filled.add(new.lane)
-                stats.inc_value("leased/enqueued")
-                stats.inc_value("scheduler/enqueued/redis")
-                stats.inc_value("scheduler/enqueued")
             elif isinstance(tag, Request):  # a duplicate, fleet-wide: dropped as Scrapy does
                 seen.duplicate(tag, self.w.spider)
                 self.w.crawler.signals.send_catch_log(signals.request_dropped, request=tag,
@@ -73,15 +69,27 @@ class Settlement:
         filled.difference_update(self.w.claims.lanes)
         if filled:
             self.w.claims.lanes = self.w.claims.lanes + sorted(filled)
+        tally = self.w.tally
+        queued_n = sum(map(bool, result.queued))
+        if queued_n:
+            for name in ("leased/enqueued", "scheduler/enqueued/redis", "scheduler/enqueued"):
+                tally.add(name, queued_n)
+        stale = 0
         for flags in result.acks:
-            stats.inc_value("leased/acked" if flags & 1 else "leased/acked_stale")
-            if not flags & 1 and self.w.warn.once("stale"):
+            if flags & 1:
+                tally.add("leased/acked")
+            else:
+                stale += 1
+        if stale:
+            tally.add("leased/acked_stale", stale)
+            if self.w.warn.once("stale"):
                 logger.warning("Acked a request after its lease was lost (this worker was "
-                               "too slow or paused, or Redis went back in time); it may have "
-                               "been processed twice (counted in leased/acked_stale, logged "
-                               "once)")
+                               "too slow or paused, or Redis went back in time); it may "
+                               "have been processed twice (counted in leased/acked_stale, "
+                               "logged once)")
         for outcome in result.fails:
-            stats.inc_value(("leased/failed_stale", "leased/failed", "leased/dead")[outcome])
+            tally.add(("leased/failed_stale", "leased/failed", "leased/dead")[outcome])
+        tally.flush()
 
     def drop_unstarted(self, lost: set[int]) -> None:
         """Drop claims whose lease is gone and that were never handed to the engine:
