@@ -54,6 +54,10 @@ class Worker(Protocol):
 
     def is_handed(self, request: Request) -> bool: ...
 
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to Scrapy's stat ``name``, passed on with the worker's per-request
+        counts (worker/tally.py): for stats counted once per request."""
+
     async def start_request_sent(self) -> None: ...
 
     async def start_exhausted(self) -> None: ...

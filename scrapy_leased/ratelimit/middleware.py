@@ -157,7 +157,7 @@ class LeasedRateMiddleware:
             watch = self._watching(scheduler)
             if watch is not None and watch.heard_all_since(free_since) \
                     and free_since > self._penalized.get(lane, float("-inf")):
-                self.stats.inc_value("leased/budget_free")
+                scheduler.count("leased/budget_free")
                 return None
         frontier = scheduler.frontier
         while True:

@@ -102,7 +102,7 @@ class LeasedScheduler(BaseScheduler):
         self.stats = crawler.stats
         self.tally = Tally(self.stats)  # per-request counts, passed on per commit
         self.df = dupefilter
-        self.seen = seen_for(dupefilter, self.stats)
+        self.seen = seen_for(dupefilter, self.tally)
         self.concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
         self.sizer = ClaimSizer(self.concurrency, config.prefetch)
         self.book = ClaimBook()
@@ -245,6 +245,9 @@ class LeasedScheduler(BaseScheduler):
         if self.kick is not None and len(self.book.ready) < self.concurrency // 2:
             self.kick.set()
         return request
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.tally.add(name, n)
 
     def continued_claim(self, request: Request) -> Claim | None:
         """The claim a request continues (a retry, a redirect: see the module's

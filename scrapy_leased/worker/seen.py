@@ -15,7 +15,8 @@ from .dupefilter import LeasedDupeFilter
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
-    from scrapy.statscollectors import StatsCollector
+
+    from .tally import Tally
 
 
 class Seen(Protocol):
@@ -38,16 +39,16 @@ class Seen(Protocol):
 class FleetSeen:
     """The fleet-wide seen set (LeasedDupeFilter): Redis decides."""
 
-    def __init__(self, df: LeasedDupeFilter, stats: StatsCollector) -> None:
+    def __init__(self, df: LeasedDupeFilter, tally: Tally) -> None:
         self.df = df
-        self.stats = stats
+        self.tally = tally
         df.fleet_wide = True  # Redis decides; not a local filter
 
     def screen(self, request: Request, spider: Spider | None
                ) -> tuple[bool, tuple[int, int] | None]:
         key = self.df.seen_key(request)
         if key in self.df.known:  # Redis already said so: no need to ask again
-            self.stats.inc_value("leased/seen_cached")
+            self.tally.add("leased/seen_cached")
             self.df.log(request, spider)
             return True, key
         return False, key
@@ -85,8 +86,8 @@ class LocalSeen:
         pass
 
 
-def seen_for(df: Any, stats: StatsCollector) -> Seen:
+def seen_for(df: Any, tally: Tally) -> Seen:
     """The interface to ``df``, the dupefilter Scrapy built from DUPEFILTER_CLASS."""
     if isinstance(df, LeasedDupeFilter):
-        return FleetSeen(df, stats)
+        return FleetSeen(df, tally)
     return LocalSeen(df)
