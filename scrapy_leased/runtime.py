@@ -58,6 +58,9 @@ class Worker(Protocol):
         """Add ``n`` to Scrapy's stat ``name``, passed on with the worker's per-request
         counts (worker/tally.py): for stats counted once per request."""
 
+    def flush_counts(self) -> None:
+        """Pass the per-request counts on to Scrapy's stats now."""
+
     async def start_request_sent(self) -> None: ...
 
     async def start_exhausted(self) -> None: ...

@@ -35,7 +35,7 @@ from .._redis.connection import make_client
 from .._supervise import supervise
 from ..fleet.stats import FIRST, LAST, StatsFlusher, decode_fleet_stats
 from ..frontier.scripts import Scripts
-from ..runtime import crawl_stopper, worker_of
+from ..runtime import Worker, crawl_stopper, worker_of
 from ..settings import LeasedConfig, config_for
 from ..signals import fleet_closed
 
@@ -77,6 +77,7 @@ class LeasedFleetStats:
         self._warned = False
         self._scripts: dict[str, Any] = {}
         self._worker_id = ""
+        self._worker: Worker | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -105,6 +106,7 @@ class LeasedFleetStats:
         self._client = make_client(url)
         self.flusher = StatsFlusher(self._client, scheduler.frontier.keys, scheduler.worker_id)
         self._worker_id = scheduler.worker_id
+        self._worker = scheduler
         self._scripts = SCRIPTS.register(self._client, "fleet_open", "fleet_close")
         try:
             await self._open()
@@ -119,12 +121,20 @@ class LeasedFleetStats:
     def stats_delta(self) -> list[Any]:
         """What changed in the stats since the last deltas taken (a commit carries it)."""
         assert self.flusher is not None
+        self._pass_counts()
         return self.flusher.compose_ops(self.crawler.stats.get_stats())
 
     async def flush(self) -> None:
         """Send the stats deltas; raises RedisError/OSError (kept for the next call)."""
         if self.flusher is not None:
+            self._pass_counts()
             await self.flusher.flush(self.crawler.stats.get_stats())
+
+    def _pass_counts(self) -> None:
+        """The worker's per-request counts into the stats first (worker/tally.py): a
+        commit that acks a request carries the stats of its processing."""
+        if self._worker is not None:
+            self._worker.flush_counts()
 
     async def _open(self) -> None:
         """This worker's final stats are still to come (lua/fleet_open.lua)."""

@@ -249,6 +249,9 @@ class LeasedScheduler(BaseScheduler):
     def count(self, name: str, n: int = 1) -> None:
         self.tally.add(name, n)
 
+    def flush_counts(self) -> None:
+        self.tally.flush()
+
     def continued_claim(self, request: Request) -> Claim | None:
         """The claim a request continues (a retry, a redirect: see the module's
         docstring), or None for a new request."""

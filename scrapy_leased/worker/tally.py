@@ -5,8 +5,10 @@ Each call to Scrapy's ``StatsCollector`` goes through its ``__getattribute__`` h
 and the wrapper that warns about a ``spider`` argument; with a handful of stats per
 request, those calls were a measurable part of a worker's time per request (the
 scheduler benchmark's dequeue rate rose 7 % when the commit's were batched). The
-counts reach the stats when a commit is written (settle.py) and when the worker
-closes, before Scrapy dumps its stats."""
+counts reach the stats when a commit is written (settle.py), before the fleet stats
+take their deltas for a commit or a flush (observe/stats.py: a commit that acks a
+request carries the stats of its processing), and when the worker closes, before
+Scrapy dumps its stats."""
 
 from __future__ import annotations
 
