@@ -223,7 +223,6 @@ class ClaimLoop:
         w = self.w
         assert w.spider is not None and w.writer is not None
         claimed_at = sent
-        claimed = retried = 0
         for token, env in result.claims:
             claim = Claim(token, env.rid, env.lane, env.priority, since=time.monotonic())
             try:
@@ -247,13 +246,9 @@ class ClaimLoop:
             if env.lane in result.free_lanes:
                 request.meta[META_FREE_SINCE] = claimed_at
             w.book.add(request, claim, suspect=bool(env.expiries))
-            claimed += 1
+            w.tally.add("leased/claimed")
             if env.attempts:
-                retried += 1
-        if claimed:  # one call per reply: Scrapy's stats calls are not cheap
-            w.stats.inc_value("leased/claimed", claimed)
-        if retried:
-            w.stats.inc_value("leased/claimed_retry", retried)
+                w.tally.add("leased/claimed_retry")
 
     async def claim_more(self, first: ClaimResult, want: int,
                          first_asked: list[tuple[str, Budget]]) -> ClaimResult:
