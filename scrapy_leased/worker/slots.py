@@ -179,9 +179,11 @@ class Slots:
         if self.full(claim.slot):
             self.refused.add(claim.slot)
             return False
-        if self.w.throttle is None and not self.delay(claim.slot):
-            return True  # no delay: a slot with room starts it at once
-        if self.w.throttle is not None and not self.w.throttle.ready(claim.slot):
+        throttle = self.w.throttle
+        if throttle is None:
+            if not self.delay(claim.slot):
+                return True  # no delay: a slot with room starts it at once
+        elif not throttle.ready(claim.slot):
             return False
         quota, pending, _, _ = self.pending(claim.slot)
         return quota is None or pending < quota
