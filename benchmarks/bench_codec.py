@@ -18,11 +18,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import scrapy  # noqa: E402
-from scrapy.utils.request import request_from_dict  # noqa: E402
+import scrapy
+from benchspider import BenchSpider
+from scrapy.utils.request import request_from_dict
 
-from benchspider import BenchSpider  # noqa: E402
-from scrapy_leased.codec import decode_request, encode_request  # noqa: E402
+from scrapy_leased.codec import decode_request, encode_request
 
 
 class CodecSpider(BenchSpider):

@@ -41,8 +41,9 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -93,7 +94,6 @@ def split_commands(calls: dict[str, int], in_scripts: set[str]) -> dict[str, Any
             sent[name] = n
     total_sent = sum(sent.values())
     multi = sent.get("multi", 0)
-    exec_ = sent.get("exec", 0)
     # commands queued between MULTI and EXEC are sent in the same write as EXEC;
     # only transactions of known shape are seen here (scrapy-redis's pop:
     # MULTI ZRANGE ZREMRANGEBYRANK EXEC; scrapy_leased's counts(): MULTI + 6 + EXEC)

@@ -100,8 +100,8 @@ def payload(url: str, referer: str) -> str:
 
 
 def new_request(url: str, referer: str, lane: str) -> Any:
-    from scrapy_leased.frontier.fingerprints import split_fingerprint
     from scrapy_leased.frontier import NewRequest
+    from scrapy_leased.frontier.fingerprints import split_fingerprint
 
     bucket, member = split_fingerprint(hashlib.sha1(url.encode()).digest(), SEEN_BITS)
     return NewRequest(payload(url, referer), 0, bucket, member, lane)
@@ -290,7 +290,6 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
 async def child(cfg: dict[str, Any]) -> dict[str, Any]:
     """One process of the fleet: cfg['workers'] simulated workers."""
     window = Window(cfg["window_start"], cfg["window_end"])
-    rng = random.Random(cfg["proc"])
     pool = seed_requests(cfg["seeds"], cfg["hosts"])
     workers = [SimWorker(cfg["url"], f"sim{cfg['proc']}-{w}", window,
                          tuple(cfg["latency"]), cfg["hosts"], pool,
@@ -733,7 +732,8 @@ def report(out: dict[str, Any]) -> list[str]:
              "| round trips / page (per worker) | claim / commit / renew / sweep calls per "
              "page | requests per claim call | pages per commit | links that were "
              "duplicates | workers' CPU, cores | other processes, cores |",
-             "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
+             "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- "
+             "| ---: | ---: "
              "| ---: | ---: | ---: |"]
     for s in out["steps"]:
         pp = s["per_page"]

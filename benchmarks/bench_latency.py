@@ -46,6 +46,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 from bench_e2e import run as e2e_run  # noqa: E402
 from mdtable import row  # noqa: E402
+
 from scrapy_leased.testing.latency import profile_summary  # noqa: E402
 from scrapy_leased.testing.process import SiteProcess  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
@@ -96,7 +97,7 @@ def summarize(res: dict[str, Any], site_first: float, site_last: float) -> dict[
             continue
         cols = list(zip(*rows))
 
-        def mean(i: int) -> float | None:
+        def mean(i: int, cols: list[tuple] = cols) -> float | None:
             return statistics.fmean(cols[i]) if cols[i][0] >= 0 else None
 
         per_worker.append({
@@ -171,7 +172,7 @@ def table(results: dict[str, list[dict]], setups: list[Setup], plain_key: str | 
         per = f"{m / plain / s.workers:.2f}x" if plain else ""
         infl = statistics.median(r["site"]["inflight"] or 0 for r in rs)
 
-        def pm(key: str, digits: int = 1) -> str:
+        def pm(key: str, digits: int = 1, rs: list[dict] = rs) -> str:
             vals = [r["probe"][key] for r in rs if r["probe"].get(key) is not None]
             return f"{statistics.median(vals):.{digits}f}" if vals else "-"
 

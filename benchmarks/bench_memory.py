@@ -43,15 +43,20 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 import scrapy  # noqa: E402
-
-from scrapy_leased.codec import encode_request  # noqa: E402
-from scrapy_leased._redis.connection import make_client  # noqa: E402
-from scrapy_leased.frontier.fingerprints import split_fingerprint  # noqa: E402
-from scrapy_leased.frontier import Frontier, NewRequest  # noqa: E402
-from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
 from bench_seen_memory import (  # noqa: E402
-    BATCH, bucket_report, fill_baseline, fill_leased_commit, fingerprints, used_memory,
+    BATCH,
+    bucket_report,
+    fill_baseline,
+    fill_leased_commit,
+    fingerprints,
+    used_memory,
 )
+
+from scrapy_leased._redis.connection import make_client  # noqa: E402
+from scrapy_leased.codec import encode_request  # noqa: E402
+from scrapy_leased.frontier import Frontier, NewRequest  # noqa: E402
+from scrapy_leased.frontier.fingerprints import split_fingerprint  # noqa: E402
+from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 CRAWL_ID = "bench"

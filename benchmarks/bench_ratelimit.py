@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import redis.asyncio as aioredis  # noqa: E402
+import redis.asyncio as aioredis
 
-from scrapy_leased.frontier import Budget, Frontier  # noqa: E402
-from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+from scrapy_leased.frontier import Budget, Frontier
+from scrapy_leased.frontier.keys import CrawlKeys
+from tests.support.redis_server import RedisServer
 
 HOSTS = [f"host{i}.example" for i in range(20)]
 
@@ -83,7 +83,8 @@ async def main() -> None:
         cases = {
             "no limiter": lambda c: none,
             "lesson fixed window": lambda c: fixed_window,
-            "scrapy_leased GCRA": lambda c: gcra(Frontier(c, keys, lease_ms=30_000, max_attempts=4)),
+            "scrapy_leased GCRA": lambda c: gcra(Frontier(c, keys, lease_ms=30_000,
+                                                          max_attempts=4)),
         }
         for workers, conc in ((1, 1), (a.workers, a.concurrency)):
             n = a.requests if conc > 1 else a.requests // 4

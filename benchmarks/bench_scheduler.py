@@ -59,12 +59,11 @@ from scrapy.utils.reactor import install_reactor  # noqa: E402
 install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
 
 import scrapy  # noqa: E402
+from benchspider import BenchSpider  # noqa: E402
 from scrapy.core.downloader import Downloader  # noqa: E402
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future  # noqa: E402
 from scrapy.utils.misc import load_object  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
-
-from benchspider import BenchSpider  # noqa: E402
 
 PAGE_LINKS = 10  # requests enqueued between two returns to the event loop
 
@@ -171,7 +170,8 @@ async def run_scheduler(which: str, n: int, redis_url: str | None, concurrency: 
         except asyncio.TimeoutError:
             idle_rounds += 1
             if idle_rounds > 10:
-                raise RuntimeError(f"{which}: stuck after {handed} of {accepted} requests")
+                raise RuntimeError(
+                    f"{which}: stuck after {handed} of {accepted} requests") from None
     claimed_s = t_last_handed - t0
     if writer is not None:
         await writer.drain()

@@ -30,8 +30,8 @@ from scrapy import Request  # noqa: E402
 from scrapy.utils.request import RequestFingerprinter  # noqa: E402
 
 from scrapy_leased._redis.connection import make_client  # noqa: E402
-from scrapy_leased.frontier.fingerprints import split_fingerprint  # noqa: E402
 from scrapy_leased.frontier import Frontier, NewRequest  # noqa: E402
+from scrapy_leased.frontier.fingerprints import split_fingerprint  # noqa: E402
 from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 

@@ -95,7 +95,7 @@ def main() -> int:
 
         psycopg.connect(ns.postgres_url, connect_timeout=3).close()
         backends.append(("postgresql", {"LEASED_UPSERT_URL": ns.postgres_url}))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print(f"postgresql: skipped ({type(exc).__name__}: {exc})")
     pg_prefixes: list[str] = []
     print(f"{ns.items} distinct items per run, {ns.concurrency} in the pipeline at once")

@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 from bench_e2e import run  # noqa: E402
+
 from tests.support.redis_ha import SentinelGroup  # noqa: E402
 
 

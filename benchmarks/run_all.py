@@ -58,8 +58,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH = REPO_ROOT / "benchmarks"
@@ -250,7 +251,8 @@ def section_scheduler(n: int, reps: int, redis: RedisServer, raw: dict) -> dict:
     runs: dict[str, list[dict]] = {w: [] for w in order}
     for rep in range(reps):
         for which in rotate(order, rep):
-            res = undisturbed(f"scheduler {which}", lambda: run_scheduler(which, n, redis),
+            res = undisturbed(f"scheduler {which}",
+                              lambda which=which: run_scheduler(which, n, redis),
                               lambda r: r["others_cores"])
             runs[which].append(res)
             note(f"scheduler rep {rep + 1}/{reps} {which}: "
@@ -371,7 +373,8 @@ def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
         for mode, workers in rotate(setups, rep):
             res = undisturbed(
                 f"e2e {mode} x{workers}",
-                lambda: run(mode, workers, pages, redis, workdir, nodelay=nodelay),
+                lambda mode=mode, workers=workers: run(mode, workers, pages, redis, workdir,
+                                                         nodelay=nodelay),
                 lambda r: r["cpu"]["others"] / r["wall"])
             res["load"] = load()
             if "error" in res:
@@ -535,6 +538,7 @@ LATENCY_TITLES = {"fixed100": "every page answers after 100 ms",
 def section_latency(profile: str, number: str, pages: int, reps: int, redis: RedisServer,
                     raw: dict) -> dict:
     from bench_latency import HOSTS, Setup, run_one, table
+
     from scrapy_leased.testing.latency import FAST_MS, SLOW_HOSTS, SLOW_MS, profile_summary
 
     setups = [Setup(m, w, label=setup_name(m, w)) for m, w in LATENCY_SETUPS]
@@ -547,7 +551,7 @@ def section_latency(profile: str, number: str, pages: int, reps: int, redis: Red
     for rep in range(reps):
         for st in rotate(setups, rep):
             res = undisturbed(f"{profile} {st.spec}",
-                              lambda: run_one(st, profile, pages, redis, workdir),
+                              lambda st=st: run_one(st, profile, pages, redis, workdir),
                               lambda r: r["cpu"]["others"] / r["wall"] if "cpu" in r else 0.0)
             if "error" in res:
                 raise RuntimeError(f"{profile} {st.spec}: {res['error']}")
@@ -579,7 +583,8 @@ def section_latency(profile: str, number: str, pages: int, reps: int, redis: Red
                   f"{SLOW_MS[0]:.0f}-{SLOW_MS[1]:.0f} ms (uniform), "
                   f"{100 * prof['slow_share']:.0f} % of the pages on slow hosts")
     emit(f"The site (`scrapy_leased/testing/site.py --profile {profile}`, a subprocess): "
-         f"the test site's pages and links spread over {hosts} hosts (127.0.0.1-{hosts}: one download slot and one lane "
+         f"the test site's pages and links spread over {hosts} hosts (127.0.0.1-{hosts}: "
+         f"one download slot and one lane "
          f"each; page j on host j % {hosts}, absolute links), each page answered after a "
          f"fixed delay of its own ({delays}; mean {1000 * prof['mean_s']:.0f} ms), by a thread "
          f"that sleeps (no CPU), with TCP_NODELAY. Every setup runs with Scrapy's "
@@ -663,10 +668,12 @@ def section_frontier(quick: bool, raw: dict) -> dict:
          f"download slots and claims as the scheduler does (`ClaimSizer`: in batches of 4, "
          f"or at once when nothing claimed waits to start; naming the batch + 4 of the lanes "
          f"last reported ready; its waiting commit sent right before each claim), "
-         f"\"downloads\" each page for {latency[0]:.0f}-{latency[1]:.0f} ms (uniform; \"none\": done at "
+         f"\"downloads\" each page for {latency[0]:.0f}-{latency[1]:.0f} ms "
+         f"(uniform; \"none\": done at "
          f"once, the busiest a worker can be), then commits its 10 links (7 duplicates of "
          f"URLs already seen, 3 new; all sent to Redis, no local seen cache) and its ack "
-         f"through `CommitWriter` (which waits up to 50 ms for the next claim); renews its leases every 10 s, sweeps expired leases "
+         f"through `CommitWriter` (which waits up to 50 ms for the next claim); "
+         f"renews its leases every 10 s, sweeps expired leases "
          f"every 2 s. Requests spread over {hosts} hosts (lanes, no rate budget), payloads "
          f"shaped like the scheduler's (~130 B). Each row: an emptied redis-server seeded "
          f"with {seeds:,} requests, 3 s of warm-up, then a {window:.0f} s window: pages = "
@@ -814,7 +821,8 @@ def section_targets_12(lat: dict | None, spread: dict | None, e: dict | None,
     if e and ("leased_defaults", 1) in e["pps"]:
         for w, target in ((1, 0.95), (2, 1.8)):
             v = e["pps"][("leased_defaults", w)] / e["plain"]
-            row(f"CPU-bound ({e['pages']:,}-page site), defaults: {w} worker{'s' if w > 1 else ''} >= "
+            row(f"CPU-bound ({e['pages']:,}-page site), defaults: "
+                f"{w} worker{'s' if w > 1 else ''} >= "
                 f"{target}x plain Scrapy", f"{v:.3f}x", v >= target)
     if fr:
         v = fr["pages_per_redis_cpu_s"] or 0
@@ -916,7 +924,7 @@ def section_profile(pages: int, redis: RedisServer, nodelay: bool = True) -> Non
         out[mode] = (res, summarize_profile(path))
     emit("| | plain Scrapy | scrapy_leased, 1 worker |")
     emit("| --- | ---: | ---: |")
-    (pr, pp), (lr, lp) = out["plain"], out["leased"]
+    (_, pp), (_, lp) = out["plain"], out["leased"]
     emit(f"| samples | {pp['samples']:,} | {lp['samples']:,} |")
     for name in ("scrapy_leased", "redis", "parsel", "w3lib"):
         label = {"redis": "redis-py", "scrapy_leased": "scrapy_leased (all its frames)"}.get(
@@ -1007,8 +1015,8 @@ def main() -> int:
         redis_version = c.info("server")["redis_version"]
         c.close()
         head = ["# Benchmarks", ""]
-        head += [f"Generated by `benchmarks/run_all.py`; real output of one run, nothing edited "
-                 f"by hand above the hand-written section.", ""]
+        head += ["Generated by `benchmarks/run_all.py`; real output of one run, nothing edited "
+                 "by hand above the hand-written section.", ""]
         head += machine(redis_version)
         head += [f"- Date: {started:%Y-%m-%d %H:%M} UTC",
                  "- Command: `" + " ".join(["python", "benchmarks/run_all.py"]
