@@ -9,6 +9,7 @@ import asyncio
 import gc
 import time
 import tracemalloc
+from typing import Any
 
 import pytest
 import redis
@@ -152,9 +153,13 @@ class _Worker(LeasedScheduler):
         self.frontier = f
         self._closing = False
         self._tasks = []
+        self.stats: Any = None  # the crawler's, set by worker() below
 
     def is_handed(self, request: Request) -> bool:
         return True
+
+    def count(self, name: str, n: int = 1) -> None:  # at once: the test reads the stats
+        self.stats.inc_value(name, n)
 
 
 def test_a_block_set_by_another_worker_holds_back_a_free_claim_made_before_it(
@@ -171,6 +176,7 @@ def test_a_block_set_by_another_worker_holds_back_a_free_claim_made_before_it(
         crawler = get_crawler(settings_dict={"LEASED_RATE_FREE_GRACE": 5})
         mw = LeasedRateMiddleware.from_crawler(crawler)
         scheduler = _Worker(f)
+        scheduler.stats = crawler.stats
         attach(crawler, scheduler)  # what the scheduler does when the engine opens it
         return crawler, mw, scheduler
 
