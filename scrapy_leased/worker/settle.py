@@ -74,12 +74,9 @@ class Settlement:
         if queued_n:
             for name in ("leased/enqueued", "scheduler/enqueued/redis", "scheduler/enqueued"):
                 tally.add(name, queued_n)
-        stale = 0
-        for flags in result.acks:
-            if flags & 1:
-                tally.add("leased/acked")
-            else:
-                stale += 1
+        stale = sum(1 for flags in result.acks if not flags & 1)
+        if len(result.acks) > stale:
+            tally.add("leased/acked", len(result.acks) - stale)
         if stale:
             tally.add("leased/acked_stale", stale)
             if self.w.warn.once("stale"):
