@@ -162,7 +162,9 @@ def micro_cases() -> list[tuple[str, str, list[str], list[str]]]:
     """(label, script, KEYS, ARGV): 10 of one operation per call."""
     from scrapy_leased.frontier.scripts import script_source
 
-    prefix = script_source("claim").split("local g = guard_open()")[0]
+    # the helpers prepended to claim.lua, without claim.lua's own code (its first
+    # statement reads the feed's length)
+    prefix = script_source("claim").split("local feed = redis.pcall(")[0]
     ten = "for i = 1, 10 do local a = {} end return 1"
     return [
         ("the claim script's helpers defined, nothing run", prefix + "\nreturn 1", [], []),
