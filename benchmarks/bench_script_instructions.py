@@ -1,6 +1,7 @@
 """Instructions Redis runs per call of claim.lua and commit.lua, counted by callgrind.
 
     python benchmarks/bench_script_instructions.py [--calls 200] [--lanes 64] [--micro]
+                                                   [--floor]
 
 Redis CPU seconds (``INFO cpu``, bench_frontier.py) move by 2x between runs on a shared
 machine; instructions do not: ``valgrind --tool=callgrind`` counts the instructions the
@@ -20,6 +21,12 @@ phase at a time (``callgrind_control -i on``, ``-d`` after the phase):
 
 ``--micro`` adds single Lua operations and Redis commands inside a script (10 per call,
 less the trivial call): what the scripts' parts cost.
+
+``--floor`` adds ``lua/floor.lua`` with the same pages (4 a call, 10 links each, 3 of
+them new, acks of the previous 4): one script per batch that acks, queues what is new
+and claims with the fewest commands a page needs (one lease entry per batch, no guard,
+lanes, tiers, rate or checks). Beside it, the claim and commit of today's frontier per
+page: how far a protocol is from what any protocol costs.
 """
 
 from __future__ import annotations
@@ -206,11 +213,53 @@ def micro_phases(srv: Counted, calls: int) -> list[tuple[str, int]]:
     return [(label, len(keys) + len(args)) for label, _, keys, args in cases]
 
 
+FLOOR_PAGES = 4  # pages a floor call acks and claims, as the claims and commits above
+FLOOR_SEEDS = 20_000
+SEEN_BUCKETS = 2 ** 14  # as the frontier's seen set (keys.py)
+
+
+def floor_phases(srv: Counted, calls: int) -> None:
+    """``lua/floor.lua``: ``calls`` calls of FLOOR_PAGES pages, after a seeded queue and
+    seen set of FLOOR_SEEDS (its own keys, beside the crawl's)."""
+    client = srv.client
+    rng = random.Random(7)
+    payload = ENVELOPE.split("|", 5)[5]
+    seeds = [rng.getrandbits(63) for _ in range(FLOOR_SEEDS)]
+    pipe = client.pipeline(transaction=False)
+    for i, fp in enumerate(seeds):
+        pipe.sadd(f"floor:seen:{fp % SEEN_BUCKETS}", fp)
+        pipe.rpush("floor:queue", f"{i + 1}|0|0|0||{payload}")
+    pipe.set("floor:rids", FLOOR_SEEDS)
+    pipe.execute()
+    sha = client.script_load((Path(__file__).parent / "lua" / "floor.lua").read_text())
+    fixed = [f"floor:{k}" for k in ("queue", "leases", "inflight", "done", "rids", "stats")]
+    held: dict[str, Any] = {"token": "", "rids": []}
+
+    def call() -> None:
+        keys, links = list(fixed), []
+        for _ in range(FLOOR_PAGES):
+            for k in range(bf.LINKS_NEW + bf.LINKS_DUP):
+                fp = rng.getrandbits(63) if k < bf.LINKS_NEW else seeds[rng.randrange(FLOOR_SEEDS)]
+                keys.append(f"floor:seen:{fp % SEEN_BUCKETS}")
+                links += [len(keys), fp, payload]
+        n_links = len(links) // 3
+        token, got = client.evalsha(sha, len(keys), *keys, FLOOR_PAGES, held["token"],
+                                    len(held["rids"]), n_links, *held["rids"], *links)
+        held["token"], held["rids"] = token, [e.split(b"|", 1)[0] for e in got]
+
+    call()  # loaded, and a batch held to ack
+    srv.start()
+    for _ in range(calls):
+        call()
+    srv.stop(f"floor.lua: {FLOOR_PAGES} pages (acks, 40 links, claims)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--lanes", type=int, default=64)
     ap.add_argument("--micro", action="store_true")
+    ap.add_argument("--floor", action="store_true")
     a = ap.parse_args()
     for tool in ("valgrind", "callgrind_control", "redis-server"):
         if not shutil.which(tool):
@@ -222,6 +271,8 @@ def main() -> int:
             frontier_phases(srv, a.calls, a.lanes)
             if a.micro:
                 micro_phases(srv, a.calls)
+            if a.floor:
+                floor_phases(srv, a.calls)
         finally:
             srv.close()
         totals = srv.totals()
@@ -239,6 +290,14 @@ def main() -> int:
             print(f"| {label[7:]} (each) | {each:,.0f} | |")
         else:
             print(f"| {label} | {per:,.0f} | {per - trivial:,.0f} |")
+    pages = {label: total / a.calls / 4 for label, total in totals.items()
+             if label.startswith(("claim.lua", "commit.lua", "floor.lua"))}
+    frontier = sum(v for k, v in pages.items() if not k.startswith("floor"))
+    print(f"\nPer page: claim + commit {frontier:,.0f} instructions", end="")
+    floor = next((v for k, v in pages.items() if k.startswith("floor")), None)
+    if floor:
+        print(f"; floor.lua {floor:,.0f} ({frontier / floor:.2f}x the floor)", end="")
+    print()
     return 0
 
 
