@@ -1,7 +1,7 @@
 """End-to-end crawl of the local test site: pages/s, duplicates, misses, Redis round trips.
 
     python benchmarks/bench_e2e.py --mode plain|scrapy_redis|leased [--workers 2]
-                                   [--pages 5000]
+                                   [--pages 5000] [--scripts]
 
 One run: a fresh test site (``scrapy_leased/testing/site.py`` as a subprocess, with
 TCP_NODELAY: see its ``--nodelay``; every request logged), an emptied private redis-server with
@@ -334,6 +334,31 @@ def run(mode: str, workers: int, pages: int, redis: RedisServer | None, workdir:
     return result
 
 
+def script_times(client: Any, pages: int) -> dict[str, Any]:
+    """Redis time of each script per page, from SLOWLOG (every call recorded: see
+    ``--scripts``): calls per page, µs per page and median µs per call, by script name
+    (the frontier's; another package's script by its SHA)."""
+    import hashlib
+    import statistics
+
+    from scrapy_leased.frontier.scripts import LIBS, script_source
+
+    names = {hashlib.sha1(script_source(n).encode()).hexdigest(): n for n in LIBS}
+    times: dict[str, list[int]] = {}
+    for entry in client.slowlog_get(SLOWLOG_MAX):
+        command = entry["command"].split()
+        if command[0].lower() != b"evalsha":
+            continue
+        sha = command[1].decode()
+        times.setdefault(names.get(sha, f"script {sha[:8]}"), []).append(entry["duration"])
+    return {name: {"calls_per_page": len(us) / pages, "us_per_page": sum(us) / pages,
+                   "median_us": statistics.median(us)}
+            for name, us in sorted(times.items(), key=lambda kv: -sum(kv[1]))}
+
+
+SLOWLOG_MAX = 1_000_000
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", required=True, choices=MODES)
@@ -343,12 +368,21 @@ def main() -> int:
                     help="py-spy raw (collapsed) profile of worker 0 to this file")
     ap.add_argument("--stock-site", action="store_true",
                     help="the site without TCP_NODELAY (~44 ms per keep-alive response)")
+    ap.add_argument("--scripts", action="store_true",
+                    help="Redis time per script and page, from SLOWLOG recording every "
+                         "call (which slows Redis a little)")
     ns = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="leased-e2e-"))
     redis = RedisServer(appendonly=False).start() if ns.mode != "plain" else None
     try:
+        if ns.scripts and redis is not None:
+            client = redis.client()
+            client.config_set("slowlog-log-slower-than", 0)
+            client.config_set("slowlog-max-len", SLOWLOG_MAX)
         result = run(ns.mode, ns.workers, ns.pages, redis, workdir, profile=ns.profile,
                      nodelay=not ns.stock_site)
+        if ns.scripts and redis is not None:
+            result["scripts"] = script_times(client, result["site"]["distinct"] or 1)
     finally:
         if redis is not None:
             redis.close()

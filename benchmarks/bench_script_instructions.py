@@ -6,8 +6,12 @@
 Redis CPU seconds (``INFO cpu``, bench_frontier.py) move by 2x between runs on a shared
 machine; instructions do not: ``valgrind --tool=callgrind`` counts the instructions the
 redis-server process runs (its own code, Lua, libc), the same count for the same code
-and calls whatever else the machine does (two runs agree within 0.5 %). So this is the
-figure to compare two versions of the scripts with; it says nothing of time.
+and calls whatever else the machine does. Not to the last instruction: the claims and
+commits take tokens from Redis TIME and land in listpacks and intsets of slightly
+different sizes, so two runs of the same code differed by up to 1.2 % (claim.lua at 100
+calls: 1,553,331 and 1,571,325 on 2026-12-05); a change smaller than that needs several
+runs of each. So this is the figure to compare two versions of the scripts with; it
+says nothing of time.
 
 A private ``redis-server`` runs under callgrind with instrumentation off; it is seeded
 with 20,000 requests over ``--lanes`` lanes (bench_frontier.seed), then, counted one
