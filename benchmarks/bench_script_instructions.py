@@ -258,6 +258,34 @@ def floor_phases(srv: Counted, calls: int) -> None:
     srv.stop(f"floor.lua: {FLOOR_PAGES} pages (acks, 40 links, claims)")
 
 
+def measure(calls: int = 200, lanes: int = 64, micro: bool = False,
+            floor: bool = False) -> dict[str, int]:
+    """Instructions of each phase (label -> total over ``calls`` calls)."""
+    with tempfile.TemporaryDirectory() as workdir:
+        srv = Counted(workdir)
+        try:
+            frontier_phases(srv, calls, lanes)
+            if micro:
+                micro_phases(srv, calls)
+            if floor:
+                floor_phases(srv, calls)
+        finally:
+            srv.close()
+        return srv.totals()
+
+
+def per_page(totals: dict[str, int], calls: int) -> dict[str, float]:
+    """Instructions per page: ``frontier`` (claim + commit share) and, when measured,
+    ``floor`` (floor.lua); each phase serves 4 pages a call."""
+    pages = {label: total / calls / FLOOR_PAGES for label, total in totals.items()
+             if label.startswith(("claim.lua", "commit.lua", "floor.lua"))}
+    out = {"frontier": sum(v for k, v in pages.items() if not k.startswith("floor"))}
+    floors = [v for k, v in pages.items() if k.startswith("floor")]
+    if floors:
+        out["floor"] = floors[0]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=200)
@@ -269,17 +297,7 @@ def main() -> int:
         if not shutil.which(tool):
             print(f"{tool} not found (valgrind: Debian's package valgrind)", file=sys.stderr)
             return 2
-    with tempfile.TemporaryDirectory() as workdir:
-        srv = Counted(workdir)
-        try:
-            frontier_phases(srv, a.calls, a.lanes)
-            if a.micro:
-                micro_phases(srv, a.calls)
-            if a.floor:
-                floor_phases(srv, a.calls)
-        finally:
-            srv.close()
-        totals = srv.totals()
+    totals = measure(a.calls, a.lanes, a.micro, a.floor)
     print("| phase | instructions per call | above the trivial call |")
     print("| --- | ---: | ---: |")
     trivial = totals.get("trivial script (`return 1`)", 0) / a.calls
@@ -294,13 +312,11 @@ def main() -> int:
             print(f"| {label[7:]} (each) | {each:,.0f} | |")
         else:
             print(f"| {label} | {per:,.0f} | {per - trivial:,.0f} |")
-    pages = {label: total / a.calls / 4 for label, total in totals.items()
-             if label.startswith(("claim.lua", "commit.lua", "floor.lua"))}
-    frontier = sum(v for k, v in pages.items() if not k.startswith("floor"))
-    print(f"\nPer page: claim + commit {frontier:,.0f} instructions", end="")
-    floor = next((v for k, v in pages.items() if k.startswith("floor")), None)
-    if floor:
-        print(f"; floor.lua {floor:,.0f} ({frontier / floor:.2f}x the floor)", end="")
+    page = per_page(totals, a.calls)
+    print(f"\nPer page: claim + commit {page['frontier']:,.0f} instructions", end="")
+    if "floor" in page:
+        print(f"; floor.lua {page['floor']:,.0f} ({page['frontier'] / page['floor']:.2f}x "
+              f"the floor)", end="")
     print()
     return 0
 

@@ -27,6 +27,9 @@ Sections (``--only`` names; all but ``e2e_defaults`` by default):
 * ``worker_instr``: instructions a worker runs per page (callgrind, CPU-bound site, one
   worker): plain Scrapy vs scrapy_leased at its defaults, as a ratio
   (``bench_worker_instructions.py``);
+* ``redis_instr``: instructions Redis runs per page for the claim and commit scripts
+  (callgrind, 4 pages a call, 10 links a page), beside ``floor.lua``: the fewest
+  commands a page needs (``bench_script_instructions.py --floor``);
 * ``frontier``: the frontier at fleet scale, simulated workers without HTTP against one
   Redis: pages/s, Redis CPU per page, commands and round trips per page, beside the
   trivial-script ceiling of the same Redis, and where the scripts spend
@@ -79,7 +82,7 @@ SETUP_NAMES = {"plain": "plain Scrapy", "scrapy_redis": "scrapy-redis",
                "leased": "scrapy_leased (upsert pipeline off)",
                "leased_defaults": "scrapy_leased at its defaults"}
 SECTIONS = ("scheduler", "memory", "memory_prio", "e2e", "e2e_defaults", "latency", "spread",
-            "frontier", "worker_instr")
+            "frontier", "worker_instr", "redis_instr")
 SCHEDULERS = [("scrapy", "Scrapy default (in memory)"), ("scrapy_redis", "scrapy-redis"),
               ("leased", "scrapy_leased")]
 
@@ -522,8 +525,11 @@ def section_e2e(pages: int, reps: int, redis: RedisServer, raw: dict,
     pps_med = {s: statistics.median([r["pages_per_s"] for r in results[s]]) for s in results}
     conns = {s: statistics.median([r["site"]["connections"] for r in results[s]])
              for s in results}
+    redis_pps = {s: statistics.median([r["site"]["distinct"] / r["cpu"]["redis"]
+                                       for r in results[s]])
+                 for s in results if all(r["cpu"].get("redis") for r in results[s])}
     return {"pps": pps_med, "plain": statistics.median(plain), "trips": trips, "pages": pages,
-            "conns_per_host": conns}
+            "conns_per_host": conns, "pages_per_redis_cpu_s": redis_pps}
 
 
 # -- 5. latency-bound ----------------------------------------------------------------
@@ -644,6 +650,35 @@ def section_worker_instr(quick: bool, raw: dict) -> dict:
              f"| {row['per_1000']:,.0f} | {row['per_1000'] / base:.3f}x |")
     emit()
     return out
+
+
+def section_redis_instr(quick: bool, raw: dict) -> dict:
+    import bench_script_instructions as bsi
+
+    open_section("## 9. Instructions Redis runs per page")
+    calls = 50 if quick else 200
+    wait_quiet()
+    totals = bsi.measure(calls, floor=True)
+    page = bsi.per_page(totals, calls)
+    raw["redis_instr"] = {"totals": totals, "per_page": page}
+    emit(f"`valgrind --tool=callgrind` counts the instructions of a private redis-server "
+         f"(`benchmarks/bench_script_instructions.py --floor`), {calls} calls of each: "
+         f"claims of 4 requests from 8 candidate lanes, commits of 4 pages (10 links a "
+         f"page, 3 of them new, and 4 acks), as the fleet simulation's workers send them; "
+         f"and `benchmarks/lua/floor.lua` with the same pages: one script per 4 pages that "
+         f"acks, queues what is new and claims with the fewest commands a page needs (one "
+         f"lease entry per batch; no guard, lanes, tiers, rate or checks). A page costs "
+         f"its claim's share plus its commit's share.")
+    emit()
+    emit("| phase | instructions per call | per page |")
+    emit("| --- | ---: | ---: |")
+    for label, total in totals.items():
+        if label.startswith(("claim.lua", "commit.lua", "floor.lua")):
+            emit(f"| {label} | {total / calls:,.0f} | {total / calls / bsi.FLOOR_PAGES:,.0f} |")
+    emit(f"| claim + commit, per page | | {page['frontier']:,.0f} "
+         f"({page['frontier'] / page['floor']:.2f}x the floor) |")
+    emit()
+    return page
 
 
 def section_frontier(quick: bool, raw: dict) -> dict:
@@ -856,14 +891,28 @@ def section_targets_12(lat: dict | None, spread: dict | None, e: dict | None,
 # -- issue #26 targets -----------------------------------------------------------------
 
 
-def section_targets_26(lat: dict | None, e: dict | None, wi: dict | None) -> None:
-    """The lines of issue #26 this run measures, read off sections 3, 5 and 8."""
-    if not (lat or e or wi):
+def section_targets_26(lat: dict | None, e: dict | None, wi: dict | None,
+                       ri: dict | None = None, fr: dict | None = None) -> None:
+    """The lines of issue #26 this run measures, read off sections 3, 5, 8, 9 and the
+    fleet simulation."""
+    if not (lat or e or wi or ri or fr):
         return
     emit("## Targets of issue #26")
     emit()
     emit("| target | measured (median) | |")
     emit("| --- | ---: | --- |")
+    if ri:
+        v = ri["frontier"]
+        row("Redis: <= 280,000 instructions per page, claim + commit share (section 9)",
+            f"{v:,.0f}", v <= 280_000)
+    if fr:
+        v = fr["pages_per_redis_cpu_s"]
+        row("Redis: >= 30,000 pages per Redis CPU-second, fleet simulation", f"{v:,.0f}",
+            v >= 30_000)
+    if e and ("leased_defaults", 2) in e.get("pages_per_redis_cpu_s", {}):
+        v = e["pages_per_redis_cpu_s"][("leased_defaults", 2)]
+        row(f"Redis: >= 25,000 pages per Redis CPU-second, 2 workers, CPU-bound site "
+            f"({e['pages']:,} pages, section 3)", f"{v:,.0f}", v >= 25_000)
 
     for name, res in (("CPU-bound site (section 3)", e), ("100 ms site (section 5)", lat)):
         conns = (res or {}).get("conns_per_host", {})
@@ -896,8 +945,9 @@ def section_targets_26(lat: dict | None, e: dict | None, wi: dict | None) -> Non
             row("CPU-bound site: 2 workers >= 0.95x of 2 independent plain crawls",
                 f"{v:.3f}x", v >= 0.95)
     emit()
-    emit("Not measured here: the Redis cost per page (issue #26 item 1) and sharding "
-         "(item 2).")
+    emit("Not measured here: sharding (item 2)" + ("" if ri else "; the Redis "
+         "instructions per page: section `redis_instr`") + ("" if fr else "; the fleet "
+         "simulation: section `frontier`") + ".")
     emit()
 
 
@@ -1049,11 +1099,12 @@ def main() -> int:
                                                          raw))
         fr = timed("frontier", lambda: section_frontier(ns.quick, raw))
         wi = timed("worker_instr", lambda: section_worker_instr(ns.quick, raw))
+        ri = timed("redis_instr", lambda: section_redis_instr(ns.quick, raw))
         if ns.profile:
             section_profile(pages, redis, nodelay=not ns.stock_site)
         section_targets(s, m, e if e and ("leased", 1) in e["pps"] else None)
         section_targets_12(lat, spread, e, fr, mp)
-        section_targets_26(lat, e, wi)
+        section_targets_26(lat, e, wi, ri, fr)
         emit("Time per section: " + ", ".join(f"`{k}` {v:.0f} s" for k, v in took.items())
              + ".")
         emit()
