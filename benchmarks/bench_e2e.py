@@ -338,12 +338,11 @@ def script_times(client: Any, pages: int) -> dict[str, Any]:
     """Redis time of each script per page, from SLOWLOG (every call recorded: see
     ``--scripts``): calls per page, µs per page and median µs per call, by script name
     (the frontier's; another package's script by its SHA)."""
-    import hashlib
     import statistics
 
-    from scrapy_leased.frontier.scripts import LIBS, script_source
+    from bench_frontier import script_shas
 
-    names = {hashlib.sha1(script_source(n).encode()).hexdigest(): n for n in LIBS}
+    names = {sha: name for name, sha in script_shas().items()}
     times: dict[str, list[int]] = {}
     for entry in client.slowlog_get(SLOWLOG_MAX):
         command = entry["command"].split()

@@ -650,10 +650,10 @@ def where_it_spends(res: dict[str, Any], shas: dict[str, str]) -> dict[str, Any]
 
 
 def script_shas() -> dict[str, str]:
-    from scrapy_leased.frontier.scripts import script_source
+    """name -> SHA of every frontier script, as Redis names it in EVALSHA."""
+    from scrapy_leased.frontier.scripts import LIBS, script_source
 
-    return {name: hashlib.sha1(script_source(name).encode()).hexdigest()
-            for name in ("claim", "commit", "renew", "expired", "recover")}
+    return {name: hashlib.sha1(script_source(name).encode()).hexdigest() for name in LIBS}
 
 
 def measure(fleets: list[int], procs: int, latency: tuple[float, float], hosts: int,
