@@ -1210,8 +1210,8 @@ def test_claims_and_acks_write_once_per_call_not_per_request():
     """A claim of 16 requests from 2 lanes and a commit acking 16 claims run the same
     bookkeeping commands as a claim and an ack of one: only taking a request off its
     queue (zrange, lpop) and checking it is not done (getbit) are per request, whether
-    its lane's queue is now empty (exists) per lane served, and marking an ack's request
-    done (setbit) per ack. Before,
+    its lane's queue is now empty (exists) and its time and rate state (zscore, hmget)
+    per lane served, and marking an ack's request done (setbit) per ack. Before,
     each claimed request ran get + decr todo, set tokens, zadd leases, hset inflight,
     hset owners, exists + zadd lanes; each ack hget, zrem, hdel 2 and setbit (now hmget,
     zmscore, zrem and hdel 2 for all the acks of a call, and a setbit each)."""
@@ -1231,12 +1231,17 @@ def test_claims_and_acks_write_once_per_call_not_per_request():
                 counts[n] = (commandstats(r), res.claims)
             one, many = counts[1][0], counts[16][0]
             per_request = {"zrange", "lpop", "getbit"}
-            assert {c: v for c, v in one.items() if c not in per_request | {"exists"}} \
-                == {c: v for c, v in many.items() if c not in per_request | {"exists"}}, \
+            per_lane = {"exists", "zscore", "hmget"}
+            assert {c: v for c, v in one.items() if c not in per_request | per_lane} \
+                == {c: v for c, v in many.items() if c not in per_request | per_lane}, \
                 (one, many)
             for c in per_request:
                 assert (one[c], many[c]) == (1, 16), (c, one, many)
             assert (one["exists"], many["exists"]) == (1, 2)  # per lane served: empty yet?
+            # a lane is looked at (its time, its rate state) when the round robin reaches
+            # it: the claim of 1 never reaches lane b
+            assert (one["zscore"], many["zscore"]) == (1, 2)
+            assert many["hmget"] - one["hmget"] == 1
             assert many["zadd"] == 1 + 1 + 1  # heartbeat, leases, both lanes' times
             assert many["hset"] == 2 and many["set"] == 2  # inflight, owners; tokens, reply
             # what the calls left behind, as before: leases, envelopes, owners, todo

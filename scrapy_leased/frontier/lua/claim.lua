@@ -69,6 +69,8 @@
 -- requests may start without another check (LEASED_RATE_FREE_GRACE); (lane, tier) the
 -- top tier, as this call last saw it, of each lane whose top tier is not the one passed
 -- ('' when it has none left but p0).
+-- A call sent again with its call id (lib_guard.lua) gets its claims back, rebuilt from
+-- the record of the tokens it issued (the replay below), the rest as it is now.
 -- Requests whose rid is already marked done (a stale copy requeued after its first
 -- worker acked late) are dropped here and counted in stats 'skipped_done'.
 -- A request whose lease expired before (expiries > 0: its worker died holding it) is
@@ -105,8 +107,7 @@ end
 local control_err = key_type_error(KEYS[11], 'hash', CONTROL_WHAT)
 if control_err then return control_err end
 local g = guard_open()
-local replayed = guard_replayed(g)
-if replayed then return replayed end
+if g.replay_only and not g.replayed then return guard_reply(g, {}) end
 local keys = {lanes = KEYS[1], stats = KEYS[6], dead = KEYS[7], todo = KEYS[9]}
 local want = tonumber(ARGV[1])
 local continues = ARGV[11] == '1'
@@ -116,6 +117,56 @@ local LIMIT_STAT = {[7] = {KEYS[6], 'done', 'LEASED_CLOSE_PAGECOUNT'},
 local half_life = tonumber(ARGV[5])
 g.now_us = guard_now_us()  -- one TIME read for the call: its tokens and its ms
 local now = math.floor(g.now_us / 1000)
+
+-- The reply when the control state is not running: nothing claimed, no lanes.
+local function idle_reply(state, cookies)
+  return {now, tonumber(redis.call('GET', KEYS[9]) or 0), redis.call('ZCARD', KEYS[2]), now,
+    state, 0, 0, cookies, 0, 0, 0}
+end
+
+-- The reply of a call that claimed (see the header): the counts, the ready lanes and
+-- the earliest time a lane is ready, as they are now, then what the call decided.
+local function claim_reply(todo, state, stale, cookies, free, tiers, claims)
+  local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n_ready)
+  local next_ms = now
+  if #ready == 0 then
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    next_ms = first[2] and tonumber(first[2]) or -1
+  end
+  local out = {now, todo, redis.call('ZCARD', KEYS[2]),
+    next_ms, state, feed, stale, cookies, #ready}
+  for _, lane in ipairs(ready) do out[#out + 1] = lane end
+  out[#out + 1] = #free
+  for _, lane in ipairs(free) do out[#out + 1] = lane end
+  out[#out + 1] = #tiers / 2
+  for _, v in ipairs(tiers) do out[#out + 1] = v end
+  for _, v in ipairs(claims) do out[#out + 1] = v end
+  return out
+end
+
+-- A call sent again (its reply was lost): the record is {control state, token...}, and
+-- the reply is rebuilt from it: the claims whose lease is still held (their envelopes
+-- in inflight; a lease lost meanwhile was recovered, its request queued again), the
+-- counts and ready lanes as they are now, no free lanes (their requests are checked at
+-- download time), no stale lane and no tiers (the next call learns them). Recording
+-- the tokens only, not the reply, saves the reply's packing in every call.
+if g.replayed then
+  local state = g.replayed[1]
+  local cookies = redis.call('HGET', KEYS[11], 'cookies') or ''
+  if state ~= 'running' then return guard_reply(g, idle_reply(state, cookies)) end
+  local tokens = {unpack(g.replayed, 2)}
+  local envs = batch_call('HMGET', KEYS[3], tokens, nil, true)
+  local claims = {}
+  for i, token in ipairs(tokens) do
+    if envs[i] then
+      claims[#claims + 1] = token
+      claims[#claims + 1] = envs[i]
+    end
+  end
+  return guard_reply(g, claim_reply(tonumber(redis.call('GET', KEYS[9]) or 0), state, 0,
+    cookies, {}, {}, claims))
+end
+
 redis.call('ZADD', KEYS[8], now, ARGV[3])
 local control = redis.call('HMGET', KEYS[11], 'state', 'started', 'cookies')
 local state = control[1] or 'running'
@@ -152,25 +203,33 @@ if state == 'running' then  -- the fleet-wide limits
   end
 end
 if state ~= 'running' then
-  return guard_reply(g, {now, tonumber(redis.call('GET', KEYS[9]) or 0),
-    redis.call('ZCARD', KEYS[2]), now, state, 0, 0, cookies, 0, 0, 0})
+  return guard_reply(g, idle_reply(state, cookies), {state})
 end
+-- The candidate lanes, each looked at when the round robin below first reaches it (a
+-- claim that is served by the first lanes reads nothing of the others): it is served
+-- when its time in `lanes` has come and its budget lets a claim through; a lane whose
+-- budget does not moves to the time it will (and is not served by this call).
 local active = {}
-for i = 1, tonumber(ARGV[4]) do
+for i = 1, tonumber(ARGV[4]) do active[i] = {i = i} end
+local all_active = {}  -- the candidates looked at and served, in their order
+local function claimable(l)
+  if l.lane then return true end
+  local i = l.i
   local lane, a = ARGV[8 + 4 * i], 8 + 4 * i
   local score = redis.call('ZSCORE', KEYS[1], lane)
-  if score and tonumber(score) <= now then
-    local rate = KEYS[13 + 4 * i]
-    local avail, interval, ready = rate_claimable(rate, tonumber(ARGV[a + 1]),
-      tonumber(ARGV[a + 2]), now, half_life)
-    if avail > 0 then
-      active[#active + 1] = {lane = lane, idx = KEYS[11 + 4 * i], p0 = KEYS[12 + 4 * i],
-        tier = KEYS[14 + 4 * i], code = ARGV[a + 3], top = ARGV[a + 3], rate = rate,
-        avail = avail, interval = interval, burst = tonumber(ARGV[a + 2]), took = 0}
-    else
-      redis.call('ZADD', KEYS[1], 'XX', ready, lane)
-    end
+  if not score or tonumber(score) > now then return false end
+  local rate = KEYS[13 + 4 * i]
+  local avail, interval, ready = rate_claimable(rate, tonumber(ARGV[a + 1]),
+    tonumber(ARGV[a + 2]), now, half_life)
+  if not (avail > 0) then  -- (a nan budget claims nothing too)
+    redis.call('ZADD', KEYS[1], 'XX', ready, lane)
+    return false
   end
+  l.lane, l.idx, l.p0, l.tier = lane, KEYS[11 + 4 * i], KEYS[12 + 4 * i], KEYS[14 + 4 * i]
+  l.code, l.top, l.rate, l.avail = ARGV[a + 3], ARGV[a + 3], rate, avail
+  l.interval, l.burst, l.took = interval, tonumber(ARGV[a + 2]), 0
+  all_active[#all_active + 1] = l
+  return true
 end
 -- Take the head of a lane's queue: its top tier's, where the top tier is the highest
 -- ranked of the tier index (l.top records it), or priority 0's LIST when that ranks
@@ -196,7 +255,6 @@ local function queue_pop(l)
   end
 end
 
-local all_active = {unpack(active)}
 -- The loop pops and decides; what it decides is written once per call after it: the
 -- leases (one variadic ZADD, HSET inflight, HSET owners, after the tokens key), todo,
 -- the lanes' times (one ZADD, one ZREM) and the counters. Nothing in the loop reads
@@ -235,48 +293,50 @@ while got < want and #active > 0 and not stop do
   local still = {}
   for _, l in ipairs(active) do
     if got >= want or stop then break end
-    local pending = unchecked[l.lane]
-    if pending and pending ~= l then check_tier(pending) end
-    local env, from, tiered = queue_pop(l)
-    if tiered then
-      unchecked[l.lane] = l
-    elseif pending == l then  -- its queue_pop read the index again: nothing to check
-      unchecked[l.lane] = nil
-    end
-    if env then
-      popped = popped + 1
-      touch(l, 'now')  -- unless its queue is empty now: checked after the loop
-      local rid, _, expiries = parse_envelope(env)
-      if not rid then
-        settle_failure(keys, nil, env, 'queue member is not an envelope', 1, true, now, 0)
-      elseif not utf8_valid(env) then
-        settle_failure(keys, nil, utf8_clean(env), 'queue member is not valid UTF-8', 1,
-          true, now, 0)
-      elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
-        skipped = skipped + 1
-      elseif expiries ~= '0' and (got > 0 or continues) then
-        redis.call('LPUSH', from, env)  -- a suspect goes alone: next call, its lane first
-        put_back_n = 1
-        stop = true
-        l.suspect = true
-        touch(l, 'zero')
-      else
-        local token = int_str(guard_token(g))
-        leases[#leases + 1] = deadline
-        leases[#leases + 1] = token
-        owners[#owners + 1] = token
-        owners[#owners + 1] = ARGV[3]
-        claims[#claims + 1] = token
-        claims[#claims + 1] = env
-        got = got + 1
-        l.avail = l.avail - 1
-        l.took = l.took + 1
-        if expiries ~= '0' then stop = true end
+    if claimable(l) then
+      local pending = unchecked[l.lane]
+      if pending and pending ~= l then check_tier(pending) end
+      local env, from, tiered = queue_pop(l)
+      if tiered then
+        unchecked[l.lane] = l
+      elseif pending == l then  -- its queue_pop read the index again: nothing to check
+        unchecked[l.lane] = nil
       end
-      if not l.suspect and l.avail > 0 then still[#still + 1] = l end
-    elseif not l.stale then
-      touch(l, 'gone')  -- nothing left: the lane leaves `lanes`
-    end  -- stale: its top tier is not the one passed; the lane stays as it is
+      if env then
+        popped = popped + 1
+        touch(l, 'now')  -- unless its queue is empty now: checked after the loop
+        local rid, _, expiries = parse_envelope(env)
+        if not rid then
+          settle_failure(keys, nil, env, 'queue member is not an envelope', 1, true, now, 0)
+        elseif not utf8_valid(env) then
+          settle_failure(keys, nil, utf8_clean(env), 'queue member is not valid UTF-8', 1,
+            true, now, 0)
+        elseif tonumber(rid) <= MAX_BITMAP_RID and redis.call('GETBIT', KEYS[5], rid) == 1 then
+          skipped = skipped + 1
+        elseif expiries ~= '0' and (got > 0 or continues) then
+          redis.call('LPUSH', from, env)  -- a suspect goes alone: next call, its lane first
+          put_back_n = 1
+          stop = true
+          l.suspect = true
+          touch(l, 'zero')
+        else
+          local token = int_str(guard_token(g))
+          leases[#leases + 1] = deadline
+          leases[#leases + 1] = token
+          owners[#owners + 1] = token
+          owners[#owners + 1] = ARGV[3]
+          claims[#claims + 1] = token
+          claims[#claims + 1] = env
+          got = got + 1
+          l.avail = l.avail - 1
+          l.took = l.took + 1
+          if expiries ~= '0' then stop = true end
+        end
+        if not l.suspect and l.avail > 0 then still[#still + 1] = l end
+      elseif not l.stale then
+        touch(l, 'gone')  -- nothing left: the lane leaves `lanes`
+      end  -- stale: its top tier is not the one passed; the lane stays as it is
+    end
   end
   active = still
 end
@@ -333,12 +393,6 @@ batch_call('ZREM', KEYS[1], gone)
 batch_call('ZADD', KEYS[1], times, 'XX')
 if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', got) end
 if skipped > 0 then redis.call('HINCRBY', KEYS[6], 'skipped_done', skipped) end
-local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n_ready)
-local next_ms = now
-if #ready == 0 then
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  next_ms = first[2] and tonumber(first[2]) or -1
-end
 local stale, tiers = 0, {}
 for _, l in ipairs(all_active) do
   if l.stale then stale = stale + 1 end
@@ -347,12 +401,6 @@ for _, l in ipairs(all_active) do
     tiers[#tiers + 1] = l.top
   end
 end
-local out = {now, todo, redis.call('ZCARD', KEYS[2]),
-  next_ms, state, feed, stale, cookies, #ready}
-for _, lane in ipairs(ready) do out[#out + 1] = lane end
-out[#out + 1] = #free
-for _, lane in ipairs(free) do out[#out + 1] = lane end
-out[#out + 1] = #tiers / 2
-for _, v in ipairs(tiers) do out[#out + 1] = v end
-for _, v in ipairs(claims) do out[#out + 1] = v end
-return guard_reply(g, out)
+local record = {state}  -- and the tokens issued: see the replay above
+for i = 1, #claims, 2 do record[#record + 1] = claims[i] end
+return guard_reply(g, claim_reply(todo, state, stale, cookies, free, tiers, claims), record)

@@ -109,11 +109,13 @@ local function guard_before_epoch(g, token)
   return tonumber(token) < g.e
 end
 
--- The script's reply: {epoch, tokens, rids, out...}; recorded under the call id.
-local function guard_reply(g, out)
+-- The script's reply: {epoch, tokens, rids, out...}; `record` (out when nil) recorded
+-- under the call id: a script that records less than its reply rebuilds the reply from
+-- it on a replay (g.replayed is the record then; claim.lua).
+local function guard_reply(g, out, record)
   guard_flush(g)
   if g.id ~= '' and not g.replayed and not g.replay_only then
-    redis.call('SET', g.call, g.id .. ' ' .. cmsgpack.pack(out), 'PX', CALL_TTL_MS)
+    redis.call('SET', g.call, g.id .. ' ' .. cmsgpack.pack(record or out), 'PX', CALL_TTL_MS)
   end
   local reply = {int_str(g.e), int_str(g.last_token), int_str(g.last_rid)}
   for i = 1, #out do reply[i + 3] = out[i] end

@@ -27,30 +27,33 @@ end
 -- (fleet/stats.py stat_op). Never fails half-way: each triple is checked before its
 -- write (stat_number) and each write is a pcall, so a triple refused (its value, or a
 -- stat or key Redis cannot add to: set by hand to a string, or of another type) is
--- skipped and the others applied. Returns how many were refused.
+-- skipped and the others applied. Returns how many were refused. An 'i' (nearly every
+-- stat) goes to HINCRBY unchecked: HINCRBY takes only a decimal integer within 2^63,
+-- which stat_number accepts too, so the check is made only when HINCRBY refuses (the
+-- value is no such integer, or the stat is a float): a third of a stat's cost saved.
 local function apply_stats(key, first, last)
   local refused = 0
   for i = first, last, 3 do
     local op, name, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-    local v = stat_number(op, value)
-    local r = nil
-    if not v then
-      r = false
-    elseif op == 'i' then
-      r = redis.pcall('HINCRBY', key, name, value)
-      if type(r) == 'table' and r.err then  -- the stat was a float elsewhere
+    local r = op == 'i' and redis.pcall('HINCRBY', key, name, value)
+    if type(r) ~= 'number' then
+      local v = stat_number(op, value)
+      if not v then
+        r = false
+      elseif op == 'i' then  -- an integer beside a float stat, or written as a float
         r = redis.pcall('HINCRBYFLOAT', key, name, value)
-      end
-    elseif op == 'f' then
-      r = redis.pcall('HINCRBYFLOAT', key, name, value)
-    else
-      local cur = redis.pcall('HGET', key, name)
-      if type(cur) == 'table' then
-        r = cur
+      elseif op == 'f' then
+        r = redis.pcall('HINCRBYFLOAT', key, name, value)
       else
-        cur = tonumber(cur)
-        if not cur or cur ~= cur or (op == 'max' and v > cur) or (op == 'min' and v < cur) then
-          r = redis.pcall('HSET', key, name, value)
+        r = nil
+        local cur = redis.pcall('HGET', key, name)
+        if type(cur) == 'table' then
+          r = cur
+        else
+          cur = tonumber(cur)
+          if not cur or cur ~= cur or (op == 'max' and v > cur) or (op == 'min' and v < cur) then
+            r = redis.pcall('HSET', key, name, value)
+          end
         end
       end
     end
