@@ -117,6 +117,7 @@ local LIMIT_STAT = {[7] = {KEYS[6], 'done', 'LEASED_CLOSE_PAGECOUNT'},
 local half_life = tonumber(ARGV[5])
 g.now_us = guard_now_us()  -- one TIME read for the call: its tokens and its ms
 local now = math.floor(g.now_us / 1000)
+local now_arg = num_arg(now)
 
 -- The reply when the control state is not running: nothing claimed, no lanes.
 local function idle_reply(state, cookies)
@@ -127,7 +128,8 @@ end
 -- The reply of a call that claimed (see the header): the counts, the ready lanes and
 -- the earliest time a lane is ready, as they are now, then what the call decided.
 local function claim_reply(todo, state, stale, cookies, free, tiers, claims)
-  local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n_ready)
+  local ready = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_arg, 'LIMIT', '0',
+    num_arg(n_ready))
   local next_ms = now
   if #ready == 0 then
     local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -167,7 +169,7 @@ if g.replayed then
     cookies, {}, {}, claims))
 end
 
-redis.call('ZADD', KEYS[8], now, ARGV[3])
+redis.call('ZADD', KEYS[8], now_arg, ARGV[3])
 local control = redis.call('HMGET', KEYS[11], 'state', 'started', 'cookies')
 local state = control[1] or 'running'
 local started = tonumber(control[2])
@@ -235,10 +237,17 @@ end
 -- ranked of the tier index (l.top records it), or priority 0's LIST when that ranks
 -- first (or the index is empty). Returns the envelope, the LIST it came from and
 -- whether that is a tier's; nil when the lane has nothing left, or when its top tier
--- is not the one passed (l.stale).
+-- is not the one passed (l.stale). The head of a lane's tier index is read once per
+-- call (heads: index key -> its ZRANGE reply), again only after this call changed the
+-- index (a ZREM); nothing else changes it while the script runs.
+local heads = {}
 local function queue_pop(l)
   while true do  -- twice at most: a tier listed without a LIST (by hand) is dropped
-    local head = redis.call('ZRANGE', l.idx, 0, 0, 'WITHSCORES')
+    local head = heads[l.idx]
+    if not head then
+      head = redis.call('ZRANGE', l.idx, 0, 0, 'WITHSCORES')
+      heads[l.idx] = head
+    end
     l.top = head[1] or ''
     if not head[1] or tonumber(head[2]) >= 0 then
       local env = redis.call('LPOP', l.p0)
@@ -252,6 +261,7 @@ local function queue_pop(l)
     local env = redis.call('LPOP', l.tier)
     if env then return env, l.tier, true end
     redis.call('ZREM', l.idx, head[1])
+    heads[l.idx] = nil
   end
 end
 
@@ -261,7 +271,7 @@ end
 -- those keys (a dead-lettered member is parked, not requeued).
 local claims = {}
 local leases, owners = {}, {}  -- and claims: {token, envelope, ...} is inflight's HSET
-local deadline = now + lease_ms
+local deadline = num_arg(now + lease_ms)
 local got, stop = 0, false
 local popped, put_back_n, skipped = 0, 0, 0
 -- lane -> its first candidate entry popped from, whose `left` is what the lane's
@@ -286,6 +296,7 @@ local function check_tier(l)
   unchecked[l.lane] = nil
   if redis.call('EXISTS', l.tier) == 1 then return true end
   redis.call('ZREM', l.idx, l.code)
+  heads[l.idx] = nil
   l.top = redis.call('ZRANGE', l.idx, 0, 0)[1] or ''
   return false
 end
@@ -348,7 +359,7 @@ batch_call('HSET', KEYS[10], owners)
 -- (popped >= put_back_n: the suspect put back was popped too)
 local todo
 if popped > 0 then
-  todo = redis.call('DECRBY', KEYS[9], popped - put_back_n)
+  todo = redis.call('DECRBY', KEYS[9], int_str(popped - put_back_n))
   if todo < put_back_n then  -- it counted fewer than were popped (queued by hand)
     todo = put_back_n
     redis.call('SET', KEYS[9], todo)
@@ -386,13 +397,13 @@ for _, l in ipairs(all_active) do
 end
 local times = {}
 for lane, l in pairs(popped_from) do
-  times[#times + 1] = l.at
+  times[#times + 1] = num_arg(l.at)
   times[#times + 1] = lane
 end
 batch_call('ZREM', KEYS[1], gone)
 batch_call('ZADD', KEYS[1], times, 'XX')
-if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', got) end
-if skipped > 0 then redis.call('HINCRBY', KEYS[6], 'skipped_done', skipped) end
+if got > 0 then redis.call('HINCRBY', KEYS[6], 'claimed', int_str(got)) end
+if skipped > 0 then redis.call('HINCRBY', KEYS[6], 'skipped_done', int_str(skipped)) end
 local stale, tiers = 0, {}
 for _, l in ipairs(all_active) do
   if l.stale then stale = stale + 1 end

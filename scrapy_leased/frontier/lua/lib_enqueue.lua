@@ -72,10 +72,11 @@ local function enqueue_new(keys, g, a, n, out, ttl, gen)
         groups[id] = group
         order_of[#order_of + 1] = id
       end
-      group.envs[#group.envs + 1] = make_envelope(rid, '0', '0', priority, lane, ARGV[a + 3])
+      group.envs[#group.envs + 1] = make_envelope(int_str(rid), '0', '0', priority, lane,
+        ARGV[a + 3])
       if not lane_set[lane] then
         lane_set[lane] = true
-        lanes[#lanes + 1] = 0
+        lanes[#lanes + 1] = '0'
         lanes[#lanes + 1] = lane
       end
       out[#out + 1] = 1
@@ -99,9 +100,10 @@ local function enqueue_new(keys, g, a, n, out, ttl, gen)
       end
     end
     redis.call('ZADD', keys.lanes, 'NX', unpack(lanes))
-    redis.call('INCRBY', keys.todo, queued)
-    redis.call('HINCRBY', keys.stats, 'enqueued', queued)
+    local n = int_str(queued)
+    redis.call('INCRBY', keys.todo, n)
+    redis.call('HINCRBY', keys.stats, 'enqueued', n)
   end
-  if dups > 0 then redis.call('HINCRBY', keys.stats, 'duplicates', dups) end
+  if dups > 0 then redis.call('HINCRBY', keys.stats, 'duplicates', int_str(dups)) end
   return a
 end
