@@ -123,8 +123,9 @@ class CrawlKeys:
 
     def call(self, caller: str, stream: str) -> str:
         """STRING: the reply of the last call of one caller's stream of calls (``claim``,
-        ``commit``), kept for 10 minutes so a call resent after its reply was lost is
-        answered from it instead of running twice (lua/lib_guard.lua)."""
+        ``commit``; of a claim, the control state and the tokens it issued, from which
+        its reply is rebuilt), kept for 10 minutes so a call resent after its reply was
+        lost is answered from it instead of running twice (lua/lib_guard.lua)."""
         return self._key(f"call:{caller}:{stream}")
 
     leases = KeyName(
