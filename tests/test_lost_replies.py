@@ -87,6 +87,29 @@ def test_a_claim_sent_again_by_the_caller_after_redis_py_gave_up(server, tmp_pat
     assert stats(r, keys)["claimed"] == 5 and r.zcard(keys.leases) == 5
 
 
+def test_a_claim_sent_again_hands_out_only_the_claims_still_held(server, tmp_path, crawl_id):
+    """A claim's record is the tokens it issued (lua/claim.lua): sent again after one of
+    its leases ended meanwhile (released here; a recovery ends it the same way), it
+    hands out the claims still held, not the request that went back to the queue."""
+    keys, r = five_queued(server, crawl_id)
+    with proxy_for(server, tmp_path, drops=4) as proxy:
+        async def body(f):
+            with pytest.raises(redis.ConnectionError):
+                await f.claim(3, "w")
+            tokens = sorted(int(t) for t in r.zrange(keys.leases, 0, -1))
+            assert len(tokens) == 3
+            assert await f.release("w", tokens[:1]) == 1  # r0 back at the head
+            again = await f.claim(5, "w")  # the pending call, answered from its record
+            more = await f.claim(5, "w")  # a new call
+            return tokens, again, more
+
+        tokens, again, more = run(proxy.url, crawl_id, body)
+    assert [t for t, _ in again.claims] == tokens[1:]
+    assert [e.payload for _, e in again.claims] == ["r1", "r2"]
+    assert [e.payload for _, e in more.claims] == ["r0", "r3", "r4"]
+    assert stats(r, keys)["claimed"] == 6 and r.zcard(keys.leases) == 5
+
+
 def test_resolve_claim_gets_the_claims_of_a_lost_reply_and_changes_nothing_otherwise(
         server, tmp_path, crawl_id):
     keys, r = five_queued(server, crawl_id)
