@@ -1,7 +1,7 @@
 """Instructions Redis runs per call of claim.lua and commit.lua, counted by callgrind.
 
     python benchmarks/bench_script_instructions.py [--calls 200] [--lanes 64] [--micro]
-                                                   [--floor]
+                                                   [--steps] [--floor]
 
 Redis CPU seconds (``INFO cpu``, bench_frontier.py) move by 2x between runs on a shared
 machine; instructions do not: ``valgrind --tool=callgrind`` counts the instructions the
@@ -25,6 +25,11 @@ phase at a time (``callgrind_control -i on``, ``-d`` after the phase):
 
 ``--micro`` adds single Lua operations and Redis commands inside a script (10 per call,
 less the trivial call): what the scripts' parts cost.
+
+``--steps`` adds claim.lua cut after each of its steps (the rest replaced by ``return
+1``), called with the KEYS and ARGV of real claims of 4 requests from 8 candidate lanes
+(no call id): the instructions of each step, as the differences of the cuts. A cut
+before the writes leaves its pops unleased; the next cut pops the next requests.
 
 ``--floor`` adds ``lua/floor.lua`` with the same pages (4 a call, 10 links each, 3 of
 them new, acks of the previous 4): one script per batch that acks, queues what is new
@@ -217,6 +222,57 @@ def micro_phases(srv: Counted, calls: int) -> list[tuple[str, int]]:
     return [(label, len(keys) + len(args)) for label, _, keys, args in cases]
 
 
+#: claim.lua's steps: (label, the text the step ends before; None: the whole script)
+CLAIM_STEPS = [
+    ("dispatch, arguments, helpers defined", "local feed = redis.pcall("),
+    ("feed counts, checks, guard_open, replay", "-- The reply when the control state is"),
+    ("heartbeat, control state, limits", "local active = {}\nfor i = 1"),
+    ("the loop: candidates read, pops, checks", "guard_flush(g)  -- the tokens key first"),
+    ("leases, todo, tiers, lane times, counters", "local stale, tiers = 0, {}"),
+    ("ready lanes reported, record, reply", None),
+]
+
+
+def steps_phases(srv: Counted, calls: int, lanes: int) -> list[str]:
+    """claim.lua cut after each of CLAIM_STEPS, ``calls`` real claims each (of the crawl
+    ``frontier_phases`` ran); the labels of the phases, in order (their totals are
+    cumulative)."""
+    from scrapy_leased._redis.connection import make_client
+    from scrapy_leased.frontier import NO_BUDGET, Frontier
+    from scrapy_leased.frontier.keys import CrawlKeys
+    from scrapy_leased.frontier.scripts import script_source
+
+    async def build() -> list[tuple[list[str], list[Any]]]:
+        # the crawl frontier_phases seeded and ran (its queues hold thousands more)
+        f = Frontier(make_client(srv.url), CrawlKeys(bf.CRAWL_ID), lease_ms=bf.LEASE_MS,
+                     max_attempts=4)
+        names = [bf.host(i) for i in range(lanes)]
+        await f.claim(4, "w", [(names[i], NO_BUDGET) for i in range(8)])  # the epoch
+        out = []
+        for t in range(calls):
+            cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
+            keys, args = f.claims.build(4, f.lease_ms, "w", cands, f.half_life_ms,
+                                        f.ready_lanes, f.limits, False)
+            args = list(args)
+            args[-4] = ""  # no call id: each call runs
+            out.append((keys, args))
+        await f.client.aclose()
+        return out
+
+    built = asyncio.run(build())
+    source = script_source("claim")
+    labels = []
+    for label, end in CLAIM_STEPS:
+        body = source if end is None else source[:source.index(end)] + "\nreturn 1\n"
+        sha = srv.client.script_load(body)
+        srv.start()
+        for keys, args in built:
+            srv.client.evalsha(sha, len(keys), *keys, *args)
+        srv.stop("step: " + label)
+        labels.append("step: " + label)
+    return labels
+
+
 FLOOR_PAGES = 4  # pages a floor call acks and claims, as the claims and commits above
 FLOOR_SEEDS = 20_000
 SEEN_BUCKETS = 2 ** 14  # as the frontier's seen set (keys.py)
@@ -259,7 +315,7 @@ def floor_phases(srv: Counted, calls: int) -> None:
 
 
 def measure(calls: int = 200, lanes: int = 64, micro: bool = False,
-            floor: bool = False) -> dict[str, int]:
+            floor: bool = False, steps: bool = False) -> dict[str, int]:
     """Instructions of each phase (label -> total over ``calls`` calls)."""
     with tempfile.TemporaryDirectory() as workdir:
         srv = Counted(workdir)
@@ -267,6 +323,8 @@ def measure(calls: int = 200, lanes: int = 64, micro: bool = False,
             frontier_phases(srv, calls, lanes)
             if micro:
                 micro_phases(srv, calls)
+            if steps:
+                steps_phases(srv, calls, lanes)
             if floor:
                 floor_phases(srv, calls)
         finally:
@@ -292,18 +350,24 @@ def main() -> int:
     ap.add_argument("--lanes", type=int, default=64)
     ap.add_argument("--micro", action="store_true")
     ap.add_argument("--floor", action="store_true")
+    ap.add_argument("--steps", action="store_true")
     a = ap.parse_args()
     for tool in ("valgrind", "callgrind_control", "redis-server"):
         if not shutil.which(tool):
             print(f"{tool} not found (valgrind: Debian's package valgrind)", file=sys.stderr)
             return 2
-    totals = measure(a.calls, a.lanes, a.micro, a.floor)
+    totals = measure(a.calls, a.lanes, a.micro, a.floor, a.steps)
     print("| phase | instructions per call | above the trivial call |")
     print("| --- | ---: | ---: |")
     trivial = totals.get("trivial script (`return 1`)", 0) / a.calls
     micro_base = totals.get("micro: trivial", 0) / a.calls
+    step_before = 0.0
     for label, total in totals.items():
         per = total / a.calls
+        if label.startswith("step: "):
+            print(f"| claim.lua step: {label[6:]} | {per - step_before:,.0f} | |")
+            step_before = per
+            continue
         if label.startswith("micro: "):
             if label == "micro: trivial":
                 continue
