@@ -21,6 +21,7 @@ run with the add-on's UpsertPipeline only (every item stored once in the crawl's
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import re
 import sys
@@ -132,11 +133,12 @@ def run(pages: int, tmp: Path) -> str:
 
 
 def oldest_pins(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
-    """``scrapy==<lower bound>`` and ``redis==<lower bound>`` from pyproject.toml's
-    dependencies: the oldest releases the package allows (``redis==8.1`` is 8.1.0)."""
+    """``scrapy==<lower bound>``, ``redis==<lower bound>`` and ``hiredis==<lower bound>``
+    from pyproject.toml's dependencies: the oldest releases the package allows
+    (``redis==8.1`` is 8.1.0)."""
     text = pyproject.read_text(encoding="utf-8")
     pins = []
-    for name in ("scrapy", "redis"):
+    for name in ("scrapy", "redis", "hiredis"):
         found = re.search(rf'^\s*"{name}>=([0-9][0-9.]*)[,"]', text, re.M)
         if found is None:
             raise SystemExit(f"pyproject.toml: no lower bound for {name}")
@@ -148,13 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pages", type=int, default=300)
     ap.add_argument("--oldest-pins", action="store_true",
-                    help="print the pip requirements of the oldest Scrapy and redis-py "
+                    help="print the pip requirements of the oldest Scrapy, redis-py and hiredis "
                          "pyproject.toml allows, and exit")
     opts = ap.parse_args(argv)
     if opts.oldest_pins:
         print(" ".join(oldest_pins()))
         return 0
-    versions = f"Scrapy {scrapy.__version__}, redis-py {redis.__version__}"
+    versions = (f"Scrapy {scrapy.__version__}, redis-py {redis.__version__}, hiredis "
+                f"{importlib.metadata.version('hiredis')}")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="leased-fleet-check-") as tmp:
         try:
