@@ -26,10 +26,12 @@ phase at a time (``callgrind_control -i on``, ``-d`` after the phase):
 ``--micro`` adds single Lua operations and Redis commands inside a script (10 per call,
 less the trivial call): what the scripts' parts cost.
 
-``--steps`` adds claim.lua cut after each of its steps (the rest replaced by ``return
-1``), called with the KEYS and ARGV of real claims of 4 requests from 8 candidate lanes
-(no call id): the instructions of each step, as the differences of the cuts. A cut
-before the writes leaves its pops unleased; the next cut pops the next requests.
+``--steps`` adds claim.lua and commit.lua cut after each of their steps (the rest
+replaced by ``return 1``), called with the KEYS and ARGV of real calls (no call id):
+claims of 4 requests from 8 candidate lanes, commits of 4 pages as above (each cut's
+commits ack claims made for it, not counted). The instructions of each step are the
+differences of the cuts. A claim cut before the writes leaves its pops unleased; the
+next cut pops the next requests.
 
 ``--floor`` adds ``lua/floor.lua`` with the same pages (4 a call, 10 links each, 3 of
 them new, acks of the previous 4): one script per batch that acks, queues what is new
@@ -231,46 +233,101 @@ CLAIM_STEPS = [
     ("leases, todo, tiers, lane times, counters", "local stale, tiers = 0, {}"),
     ("ready lanes reported, record, reply", None),
 ]
+#: commit.lua's steps, likewise
+COMMIT_STEPS = [
+    ("dispatch, arguments, helpers defined", "for i = 1, 8 do\n"),
+    ("argument checks", "local g = guard_open()"),
+    ("guard_open, replay", "local out = {}\n"),
+    ("new requests: seen set, envelopes, pushes", "-- never fails (lib_stats.lua)"),
+    ("stats, dropped requests", "-- The acks, each decided in order"),
+    ("acks: leases, envelopes, done bits, counters", "if n_fail > 0 then"),
+    ("fails, reply", None),
+]
+
+
+def run_steps(srv: Counted, script: str, steps: list[tuple[str, str | None]],
+              calls: list[tuple[list[str], list[Any]]],
+              before: Any = None) -> list[str]:
+    """``script`` cut after each of ``steps`` (the rest replaced by ``return 1``), run
+    with each of ``calls`` (KEYS, ARGV); ``before()``, when given, makes the calls of
+    each cut (not counted). The labels of the phases, in order (cumulative totals)."""
+    from scrapy_leased.frontier.scripts import script_source
+
+    source = script_source(script)
+    labels = []
+    for label, end in steps:
+        body = source if end is None else source[:source.index(end)] + "\nreturn 1\n"
+        sha = srv.client.script_load(body)
+        if before is not None:
+            calls = before()
+        srv.start()
+        for keys, args in calls:
+            srv.client.evalsha(sha, len(keys), *keys, *args)
+        srv.stop(f"step: {script}.lua: {label}")
+        labels.append(f"step: {script}.lua: {label}")
+    return labels
 
 
 def steps_phases(srv: Counted, calls: int, lanes: int) -> list[str]:
-    """claim.lua cut after each of CLAIM_STEPS, ``calls`` real claims each (of the crawl
-    ``frontier_phases`` ran); the labels of the phases, in order (their totals are
-    cumulative)."""
+    """claim.lua and commit.lua cut after each of their steps, ``calls`` real calls each
+    (of the crawl ``frontier_phases`` ran): claims of 4 requests from 8 candidate
+    lanes; commits of 4 pages (10 links a page, 3 new, and the 4 acks of claims made
+    for them, not counted). No call id: each call runs. The labels, in order."""
     from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
+    from scrapy_leased.frontier.calls import CommitCall
     from scrapy_leased.frontier.keys import CrawlKeys
-    from scrapy_leased.frontier.scripts import script_source
 
-    async def build() -> list[tuple[list[str], list[Any]]]:
+    names = [bf.host(i) for i in range(lanes)]
+    pool = bf.seed_requests(20_000, lanes)
+    rng = random.Random(11)
+    counter = [0]
+
+    def frontier() -> Frontier:
         # the crawl frontier_phases seeded and ran (its queues hold thousands more)
-        f = Frontier(make_client(srv.url), CrawlKeys(bf.CRAWL_ID), lease_ms=bf.LEASE_MS,
-                     max_attempts=4)
-        names = [bf.host(i) for i in range(lanes)]
+        return Frontier(make_client(srv.url), CrawlKeys(bf.CRAWL_ID), lease_ms=bf.LEASE_MS,
+                        max_attempts=4)
+
+    def no_call_id(call: tuple[list[str], list[Any]]) -> tuple[list[str], list[Any]]:
+        keys, args = call
+        args = list(args)
+        args[-4] = ""
+        return keys, args
+
+    async def claims() -> list[tuple[list[str], list[Any]]]:
+        f = frontier()
         await f.claim(4, "w", [(names[i], NO_BUDGET) for i in range(8)])  # the epoch
         out = []
         for t in range(calls):
             cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
-            keys, args = f.claims.build(4, f.lease_ms, "w", cands, f.half_life_ms,
-                                        f.ready_lanes, f.limits, False)
-            args = list(args)
-            args[-4] = ""  # no call id: each call runs
-            out.append((keys, args))
+            out.append(no_call_id(f.claims.build(4, f.lease_ms, "w", cands, f.half_life_ms,
+                                                 f.ready_lanes, f.limits, False)))
         await f.client.aclose()
         return out
 
-    built = asyncio.run(build())
-    source = script_source("claim")
-    labels = []
-    for label, end in CLAIM_STEPS:
-        body = source if end is None else source[:source.index(end)] + "\nreturn 1\n"
-        sha = srv.client.script_load(body)
-        srv.start()
-        for keys, args in built:
-            srv.client.evalsha(sha, len(keys), *keys, *args)
-        srv.stop("step: " + label)
-        labels.append("step: " + label)
-    return labels
+    async def commits() -> list[tuple[list[str], list[Any]]]:
+        f = frontier()
+        out = []
+        for t in range(calls):
+            cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
+            held = (await f.claim(4, "w", cands)).claims
+            links = []
+            for _, env in held:
+                for k in range(bf.LINKS_NEW):
+                    counter[0] += 1
+                    lane = env.lane if k < 2 else bf.host(rng.randrange(lanes))
+                    links.append(bf.new_request(f"https://{lane}/p/s{counter[0]}",
+                                                "https://x/", lane))
+                links += [pool[rng.randrange(len(pool))] for _ in range(bf.LINKS_DUP)]
+            call = CommitCall(f.keys, f.guard, "", f.max_attempts, f.generations.ttl_ms,
+                              links, [(token, env.rid) for token, env in held])
+            out.append(no_call_id(call.build(None)))
+        await f.client.aclose()
+        return out
+
+    labels = run_steps(srv, "claim", CLAIM_STEPS, asyncio.run(claims()))
+    return labels + run_steps(srv, "commit", COMMIT_STEPS, [],
+                              before=lambda: asyncio.run(commits()))
 
 
 FLOOR_PAGES = 4  # pages a floor call acks and claims, as the claims and commits above
@@ -365,7 +422,9 @@ def main() -> int:
     for label, total in totals.items():
         per = total / a.calls
         if label.startswith("step: "):
-            print(f"| claim.lua step: {label[6:]} | {per - step_before:,.0f} | |")
+            if label.split(": ")[2] == "dispatch, arguments, helpers defined":
+                step_before = 0.0  # the first step of a script
+            print(f"| {label[6:]} | {per - step_before:,.0f} | |")
             step_before = per
             continue
         if label.startswith("micro: "):
