@@ -211,19 +211,19 @@ batch_call('HDEL', KEYS[5], hdel_env)
 batch_call('HDEL', KEYS[10], hdel_owner)
 if revisits then batch_call('ZADD', KEYS[11], revisits) end
 if acked > 0 then
-  local n = int_str(acked)
-  redis.call('HINCRBY', KEYS[3], 'acked', n)
-  if ARGV[9] ~= '' then redis.call('HINCRBY', KEYS[13], ARGV[9], n) end
+  local acked_arg = int_str(acked)
+  redis.call('HINCRBY', KEYS[3], 'acked', acked_arg)
+  if ARGV[9] ~= '' then redis.call('HINCRBY', KEYS[13], ARGV[9], acked_arg) end
 end
 if untrusted > 0 then redis.call('HINCRBY', KEYS[3], 'acked_earlier_epoch', untrusted) end
 if done_new > 0 then
-  local n = int_str(done_new)
-  redis.call('HINCRBY', KEYS[3], 'done', n)
+  local done_arg = int_str(done_new)
+  redis.call('HINCRBY', KEYS[3], 'done', done_arg)
   now_ms = now_ms or server_ms()
   local bucket = math.floor(now_ms / 10000)
   -- a new bucket (its count is this call's): keep the last 7 (admin.py reads 6). Only
   -- this script writes the HASH, so it grows past 7 only when a bucket is new.
-  if redis.call('HINCRBY', KEYS[9], int_str(bucket), n) == done_new
+  if redis.call('HINCRBY', KEYS[9], int_str(bucket), done_arg) == done_new
       and redis.call('HLEN', KEYS[9]) > 7 then
     for _, b in ipairs(redis.call('HKEYS', KEYS[9])) do
       local n = tonumber(b)

@@ -100,9 +100,9 @@ local function enqueue_new(keys, g, a, n, out, ttl, gen)
       end
     end
     redis.call('ZADD', keys.lanes, 'NX', unpack(lanes))
-    local n = int_str(queued)
-    redis.call('INCRBY', keys.todo, n)
-    redis.call('HINCRBY', keys.stats, 'enqueued', n)
+    local queued_arg = int_str(queued)
+    redis.call('INCRBY', keys.todo, queued_arg)
+    redis.call('HINCRBY', keys.stats, 'enqueued', queued_arg)
   end
   if dups > 0 then redis.call('HINCRBY', keys.stats, 'duplicates', int_str(dups)) end
   return a

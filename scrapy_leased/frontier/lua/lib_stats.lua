@@ -35,17 +35,16 @@ local function apply_stats(key, first, last)
   local refused = 0
   for i = first, last, 3 do
     local op, name, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-    local r = op == 'i' and redis.pcall('HINCRBY', key, name, value)
+    local r = nil
+    if op == 'i' then r = redis.pcall('HINCRBY', key, name, value) end
     if type(r) ~= 'number' then
+      r = nil
       local v = stat_number(op, value)
       if not v then
         r = false
-      elseif op == 'i' then  -- an integer beside a float stat, or written as a float
-        r = redis.pcall('HINCRBYFLOAT', key, name, value)
-      elseif op == 'f' then
+      elseif op == 'i' or op == 'f' then  -- 'i': beside a float stat, or written as one
         r = redis.pcall('HINCRBYFLOAT', key, name, value)
       else
-        r = nil
         local cur = redis.pcall('HGET', key, name)
         if type(cur) == 'table' then
           r = cur
