@@ -125,6 +125,20 @@ class Counted:
         self.proc.wait(timeout=120)
 
 
+def page_links(env: Any, lanes: int, pool: list[Any], rng: random.Random, counter: list[int],
+               prefix: str) -> list[Any]:
+    """The links of one simulated page, as bench_frontier's workers send them: LINKS_NEW
+    new URLs (2 on the page's lane, the rest on a random one; ``prefix`` keeps each
+    phase's URLs apart from the other phases' and from the seeds' ``/p/s``) and
+    LINKS_DUP seed URLs of ``pool`` (duplicates)."""
+    out = []
+    for k in range(bf.LINKS_NEW):
+        counter[0] += 1
+        lane = env.lane if k < 2 else bf.host(rng.randrange(lanes))
+        out.append(bf.new_request(f"https://{lane}/p/{prefix}{counter[0]}", "https://x/", lane))
+    return out + [pool[rng.randrange(len(pool))] for _ in range(bf.LINKS_DUP)]
+
+
 def frontier_phases(srv: Counted, calls: int, lanes: int) -> None:
     from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
@@ -141,17 +155,10 @@ def frontier_phases(srv: Counted, calls: int, lanes: int) -> None:
         rng = random.Random(7)
         counter = [0]
 
-        def links(env: Any) -> list[Any]:
-            out = []
-            for k in range(bf.LINKS_NEW):
-                counter[0] += 1
-                lane = env.lane if k < 2 else bf.host(rng.randrange(lanes))
-                out.append(bf.new_request(f"https://{lane}/p/c{counter[0]}", "https://x/", lane))
-            return out + [pool[rng.randrange(len(pool))] for _ in range(bf.LINKS_DUP)]
-
         async def commit() -> None:
             done = [held.pop() for _ in range(4)]
-            await f.commit([x for _, e in done for x in links(e)], [(t, e.rid) for t, e in done])
+            links = [x for _, e in done for x in page_links(e, lanes, pool, rng, counter, "c")]
+            await f.commit(links, [(t, e.rid) for t, e in done])
 
         # scripts loaded and the guard's epoch started before anything is counted
         held.extend((await f.claim(4, "w", [(names[i], NO_BUDGET) for i in range(8)])).claims)
@@ -311,14 +318,8 @@ def steps_phases(srv: Counted, calls: int, lanes: int) -> list[str]:
         for t in range(calls):
             cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
             held = (await f.claim(4, "w", cands)).claims
-            links = []
-            for _, env in held:
-                for k in range(bf.LINKS_NEW):
-                    counter[0] += 1
-                    lane = env.lane if k < 2 else bf.host(rng.randrange(lanes))
-                    links.append(bf.new_request(f"https://{lane}/p/s{counter[0]}",
-                                                "https://x/", lane))
-                links += [pool[rng.randrange(len(pool))] for _ in range(bf.LINKS_DUP)]
+            links = [x for _, env in held
+                     for x in page_links(env, lanes, pool, rng, counter, "t")]
             call = CommitCall(f.keys, f.guard, "", f.max_attempts, f.generations.ttl_ms,
                               links, [(token, env.rid) for token, env in held])
             out.append(no_call_id(call.build(None)))
