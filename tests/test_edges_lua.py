@@ -144,6 +144,37 @@ def test_claim_refuses_non_numeric_arguments_before_any_write(redis_server, craw
     run(redis_server, crawl_id, body)
 
 
+def test_commit_refuses_request_groups_that_do_not_add_up_before_any_write(redis_server,
+                                                                             crawl_id):
+    """The new requests are sent in groups with a count each (lib_enqueue.lua): counts
+    that do not add up to the number of requests, or seen buckets beyond KEYS, would
+    shift every argument after them, and a seen bucket named past KEYS would stop the
+    script after the SADDs before it (URLs marked seen, never queued). Both are refused
+    before any write, and the same commit sent right goes through."""
+    from scrapy_leased.frontier.calls import CommitCall
+
+    keys = CrawlKeys(crawl_id)
+
+    async def body(f, r):
+        await f.enqueue([url_request("http://example.com/0")])
+        before = crawl_keys_state(r, keys)
+        new = [url_request(f"http://example.com/{i}") for i in (1, 2, 3)]
+        call = CommitCall(keys, f.guard, "", f.max_attempts, 0, new)
+        kk, args = call.build(None)
+        assert args[9:11] == [1, len(kk) - 4 - 2]  # one group; its 3 buckets before the guard's
+        for at, value in ((15, 2), (15, 4), (15, "x"), (10, len(kk)), (9, "nan")):
+            bad = list(args)
+            bad[at] = value
+            with pytest.raises(redis.exceptions.ResponseError) as info:
+                await f._s["commit"](keys=kk, args=bad)
+            assert "commit: " in str(info.value)
+            assert crawl_keys_state(r, keys) == before, (at, value)
+        assert call.parse(f.guard.seen(await f._s["commit"](keys=kk, args=args))).queued == \
+            [True] * 3
+
+    run(redis_server, crawl_id, body)
+
+
 @pytest.mark.parametrize("which", ["feed", "feed_taken", "feed_deadlines"])
 def test_feed_take_and_commit_refuse_wrong_types_before_any_write(redis_server, crawl_id,
                                                                   which):

@@ -474,7 +474,9 @@ def test_priorities_higher_first_fifo_within_a_priority(redis_server, crawl_id):
     assert [e.payload for e in order] == ["d0", "b0", "b1", "b2", "a0", "a1", "a2",
                                           "c0", "c1", "c2"]
     assert [e.priority for e in order] == [10, 5, 5, 5, 0, 0, 0, -3, -3, -3]
-    assert [e.rid for e in order] == [6, 2, 5, 9, 1, 4, 8, 3, 7, 10]
+    # rids in the order each call sends its requests: by (lane, priority, order) group,
+    # groups in the order they first appear (calls.py enqueue_args)
+    assert [e.rid for e in order] == [6, 3, 5, 10, 1, 2, 9, 4, 7, 8]
 
 
 def test_priorities_randomized_exact_order(redis_server, crawl_id):
@@ -1277,12 +1279,33 @@ def test_claims_and_acks_write_once_per_call_not_per_request():
         run(srv, "percall", body)
 
 
+def test_a_url_named_twice_in_one_call_is_queued_as_first_named(redis_server, crawl_id):
+    """A call sends its new requests grouped by lane, priority and order (calls.py
+    enqueue_args); the same URL named again later in the call, in another group, is
+    still the duplicate, and the first one is queued with its own lane, priority and
+    payload, as Scrapy's dupefilter keeps the first of two requests."""
+    def req(url: str, lane: str, priority: int, payload: str) -> NewRequest:
+        bucket, member = split_fingerprint(hashlib.sha1(url.encode()).digest(),
+                                           SEEN_BUCKET_BITS)
+        return NewRequest(payload, priority, bucket, member, lane)
+
+    async def body(f, r):
+        out = await f.enqueue([req("http://b/x", "b", 0, "y"), req("http://a/x", "a", 0, "a0"),
+                               req("http://a/x", "b", 5, "a1"), req("http://a/x", "a", 0, "a2")])
+        assert out == [True, True, False, False]
+        held = (await f.claim(4, "w", [("a", NO_BUDGET), ("b", NO_BUDGET)])).claims
+        return sorted((e.lane, e.priority, e.payload) for _, e in held)
+
+    assert run(redis_server, crawl_id, body) == [("a", 0, "a0"), ("b", 0, "y")]
+
+
 def test_new_requests_queue_once_per_call_not_per_request():
     """A commit queueing 12 new requests over 3 lanes runs one SADD per request (its
     seen bucket) but one push per LIST, one ZADD NX of the lanes, one INCRBY of todo
     and one SET of the rids key for all of them, as a commit of one does (lib_enqueue.lua;
     before, each new request ran INCR rids, RPUSH, ZADD NX lanes and INCR todo); the
-    rids are dense and in the order given, each lane's queue in FIFO order."""
+    rids are dense and in the order sent (by lane: calls.py enqueue_args), each lane's
+    queue in FIFO order."""
     with RedisServer() as srv:  # private: CONFIG RESETSTAT must not disturb other tests
         keys = CrawlKeys("percall-enqueue")
 
@@ -1317,7 +1340,7 @@ def test_new_requests_queue_once_per_call_not_per_request():
                 envs = queued_envelopes(r, keys, lane)
                 assert [e.payload for e in envs[-4:]] == \
                     [f"http://{lane}/many{i}" for i in range(k, 12, 3)]
-                assert [e.rid for e in envs[-4:]] == [3 + i for i in range(k, 12, 3)]
+                assert [e.rid for e in envs[-4:]] == [3 + 4 * k + i for i in range(4)]
             # a duplicate of each: nothing queued, no rid taken
             r.config_resetstat()
             out = await f.commit(enqueue=reqs("many", 12))

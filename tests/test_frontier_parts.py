@@ -124,8 +124,14 @@ def test_other_replies_by_name():
     batch = parse_feed_batch([1, 2, b"b7", b"x", b"y"])
     assert (batch.entries, batch.returned, batch.left, batch.id) == ([b"x", b"y"], 1, 2, "b7")
     assert Recorded.parse([b"16", b"0", None]) == Recorded(16, 0, None)
-    assert FeedCommitCall.parse([0]) is None
-    assert FeedCommitCall.parse([1, 1, 0]) == [True, False]
+    keys = CrawlKeys("c1")
+    feed = FeedCommitCall(keys, Guard(keys, "w1"), "1", 0, "b7",
+                          [NewRequest("a", lane="x"), NewRequest("b", lane="y"),
+                           NewRequest("c", lane="x")], [])
+    feed.build(None)
+    assert feed.parse([0]) is None
+    # sent by lane (x: a, c; then y: b), given back in the order of the call
+    assert feed.parse([1, 1, 0, 1]) == [True, True, False]
 
 
 def test_commit_call_arguments_and_reply():

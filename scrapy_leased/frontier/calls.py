@@ -16,23 +16,50 @@ from .reply import Reader, fixed_keys
 
 
 def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
-                 gen: int | None) -> list[Any]:
+                 gen: int | None) -> tuple[list[Any], list[int]]:
     """The ARGV of new requests (lua/lib_enqueue.lua), their KEYS added to ``extra``
-    (the seen buckets of generation ``gen``, None: no expiry): what requests share
-    (lane, priority, order) once per group, then four fields a request."""
-    groups: dict[tuple[str, int, str], int] = {}
+    (the seen buckets of generation ``gen``, None: no expiry), and the order they are
+    sent in (indexes into ``enqueue``; the script's results come in that order): what
+    requests share (lane, priority, order) once per group with their count, then two
+    fields a request, group after group; their seen buckets in KEYS in the same order.
+    The new requests' rids follow the order they are sent in."""
+    groups: dict[tuple[str, int, str], list[int]] = {}
+    # a fingerprint named again goes with its first request, after it: that one is
+    # queued or not, the later ones are duplicates (as the calls' order would have it)
+    first_of: dict[tuple[int, int], tuple[str, int, str]] = {}
+    for i, r in enumerate(enqueue):
+        group = (r.lane, r.priority, r.order)
+        if r.bucket is not None:
+            group = first_of.setdefault((r.bucket, r.member), group)
+        groups.setdefault(group, []).append(i)
     specs: list[Any] = []
     requests: list[Any] = []
-    for r in enqueue:
-        group = groups.get((r.lane, r.priority, r.order))
-        if group is None:
-            group = groups[(r.lane, r.priority, r.order)] = len(groups) + 1
-            specs += [r.priority,
-                      extra.queue(k, r.lane, tier_code(r.priority, is_start(r.order))),
-                      r.lane, r.order]
-        bucket = 0 if r.bucket is None else extra.seen(k, r.bucket, gen)
-        requests += [bucket, r.member, group, r.payload]
-    return [len(groups), *specs, *requests]
+    sent: list[int] = []
+    seen_keys: list[str] = []
+    for (lane, priority, order), members in groups.items():
+        specs += [priority, extra.queue(k, lane, tier_code(priority, is_start(order))), lane,
+                  order, len(members)]
+        for i in members:
+            r = enqueue[i]
+            if r.bucket is None:
+                requests += ["", r.payload]
+            else:
+                requests += [r.member, r.payload]
+                seen_keys.append(k.seen_bucket(r.bucket, gen))
+                if gen is not None:
+                    seen_keys.append(k.seen_bucket(r.bucket, gen - 1))
+        sent += members
+    first_seen = len(extra.keys) + 1
+    extra.keys.extend(seen_keys)
+    return [len(groups), first_seen, *specs, *requests], sent
+
+
+def in_given_order(results: Sequence[Any], sent: Sequence[int]) -> list[Any]:
+    """The script's results per request (in the order ``sent``) in the caller's order."""
+    out: list[Any] = [None] * len(sent)
+    for i, result in zip(sent, results):
+        out[i] = result
+    return out
 
 
 def requeue_to(k: CrawlKeys, extra: ExtraKeys, raw: Any) -> int:
@@ -83,6 +110,8 @@ class CommitCall:
     revisits: Mapping[int, Revisit] = field(default_factory=dict)
     stats: Sequence[Any] = ()
     drops: Sequence[tuple[str, str]] = ()
+    #: the order the new requests are sent in (enqueue_args), set by build
+    _sent: list[int] = field(default_factory=list, init=False, repr=False)
 
     def build(self, gen: int | None) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV for seen-set generation ``gen`` (seengen.py)."""
@@ -92,17 +121,17 @@ class CommitCall:
         args: list[Any] = [len(self.enqueue), len(self.acks), len(self.fails),
                            self.max_attempts, self.seen_ttl_ms, gen or 0, len(self.revisits),
                            len(self.stats) // 3, self.guard.caller]
-        args += enqueue_args(k, extra, self.enqueue, gen)
+        enqueue, self._sent = enqueue_args(k, extra, self.enqueue, gen)
+        args += enqueue
         for token, rid in self.acks:
-            revisit = self.revisits.get(token)
-            args += [token, rid, revisit.after_ms if revisit else 0]
+            args += [token, rid]
         for f in self.fails:
             priority = self.priorities.get(f.token, 0) if f.priority is None else f.priority
             args += [f.token, f.reason[:REASON_CHARS], int(f.permanent),
                      extra.queue(k, f.lane, tier_code(priority)), f.lane,
                      "" if f.rid is None else f.rid, priority]
         for token, r in self.revisits.items():
-            args += [token, r.priority, r.lane, r.payload]
+            args += [token, r.after_ms, r.priority, r.lane, r.payload]
         args += self.stats
         if self.drops:
             args.append(len(self.drops))
@@ -113,7 +142,7 @@ class CommitCall:
     def parse(self, out: Sequence[Any]) -> CommitResult:
         """{enqueue results..., ack results..., fail results...}, the guard's taken off."""
         r = Reader(out)
-        queued = [bool(x) for x in r.take(len(self.enqueue))]
+        queued = [bool(x) for x in in_given_order(r.take(len(self.enqueue)), self._sent)]
         acks = r.take(len(self.acks))
         return CommitResult(queued, acks, r.rest())
 
@@ -131,20 +160,22 @@ class FeedCommitCall:
     batch_id: str
     enqueue: Sequence[NewRequest]
     bad: Sequence[tuple[bytes | str, str]]
+    #: the order the new requests are sent in (enqueue_args), set by build
+    _sent: list[int] = field(default_factory=list, init=False, repr=False)
 
     def build(self, gen: int | None) -> tuple[list[str], list[Any]]:
         keys = fixed_keys(self.SCRIPT, self.keys)
         extra = ExtraKeys(keys)
         args: list[Any] = [self.guard.caller, len(self.enqueue), len(self.bad),
                            self.seen_ttl_ms, gen or 0, self.batch_id]
-        args += enqueue_args(self.keys, extra, self.enqueue, gen)
+        enqueue, self._sent = enqueue_args(self.keys, extra, self.enqueue, gen)
+        args += enqueue
         for entry, reason in self.bad:
             args += [entry, reason[:REASON_CHARS]]
         return self.guard.wrap(keys, args, "feed", self.call_id)
 
-    @staticmethod
-    def parse(out: Sequence[Any]) -> list[bool] | None:
+    def parse(self, out: Sequence[Any]) -> list[bool] | None:
         """{held, enqueue results...}: None when the batch was not held any more."""
         r = Reader(out)
         held = r.number()
-        return [bool(x) for x in r.rest()] if held else None
+        return [bool(x) for x in in_given_order(r.rest(), self._sent)] if held else None

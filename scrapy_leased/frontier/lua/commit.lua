@@ -13,8 +13,9 @@
 -- KEYS[12] fleet_stats (HASH: the fleet's Scrapy stats, fleet/stats.py)
 -- KEYS[13] worker_acked (HASH worker id -> requests it acked: ARGV[9]'s count goes up by
 --          this call's acks of held leases, one HINCRBY per call)
--- KEYS[14..] seen buckets (SETs of 64-bit integers) and queue LISTs (each followed by
---           its lane's tier index: lib_settle.lua lane_queue), by index below
+-- KEYS[14..] queue LISTs (each followed by its lane's tier index: lib_settle.lua
+--           lane_queue), by index below, and the new requests' seen buckets (SETs of
+--           64-bit integers; lib_enqueue.lua)
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's commit
 -- call key)
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
@@ -23,13 +24,13 @@
 -- ARGV[9] the caller's worker id, whose count in worker_acked its acks raise ('': none)
 -- then the n_enqueue new requests, in groups of the same lane, priority and order
 --                   (lib_enqueue.lua: enqueue_new)
--- then n_ack     x {token, rid, revisit interval in ms (0: none): the acked request is
---                   queued again that long after the ack (revisit.lua), attempts 0}
+-- then n_ack     x {token, rid}
 -- then n_fail    x {token, reason, permanent (0/1), index into KEYS of the LIST of
 --                   the claim's regular tier in its lane (where a requeue goes), lane,
 --                   rid, priority: the claim's (checked)}
--- then n_revisit x {token, priority, lane, payload}: the request of each ack with a
---                   revisit interval, queued again from this when its lease was lost
+-- then n_revisit x {token, interval in ms, priority, lane, payload}: the acks whose
+--                   request is queued again that long after the ack (revisit.lua),
+--                   attempts 0: from its envelope, or from these when its lease was lost
 --                   meanwhile (its envelope is gone from inflight) and the ack marks it
 --                   done (its requeued copy is then dropped as done, and would take the
 --                   revisit with it)
@@ -62,8 +63,11 @@ for i = 1, 8 do
 end
 -- the dropped requests (after the stats, before the guard's four ARGV), read before any
 -- write: a letter that is not a JSON object is an error
-local drop_at = 10 + enqueue_args_len(10, tonumber(ARGV[1])) + 3 * tonumber(ARGV[2])
-  + 7 * tonumber(ARGV[3]) + 4 * tonumber(ARGV[7]) + 3 * tonumber(ARGV[8])
+local groups, enqueue_error = enqueue_groups('commit', 10, tonumber(ARGV[1]),
+  tonumber(ARGV[5]))
+if enqueue_error then return enqueue_error end
+local drop_at = 10 + enqueue_args_len(10, tonumber(ARGV[1])) + 2 * tonumber(ARGV[2])
+  + 7 * tonumber(ARGV[3]) + 5 * tonumber(ARGV[7]) + 3 * tonumber(ARGV[8])
 local drops = {}
 if drop_at <= #ARGV - 4 then
   local n_drop = tonumber(ARGV[drop_at])
@@ -87,8 +91,8 @@ if gen_error then return gen_error end
 local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3], dead = KEYS[7]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
-local fail_at = 10 + enqueue_args_len(10, n_enq) + 3 * n_ack
-for a = fail_at - 3 * n_ack, fail_at - 1, 3 do
+local fail_at = 10 + enqueue_args_len(10, n_enq) + 2 * n_ack
+for a = fail_at - 2 * n_ack, fail_at - 1, 2 do
   if not tonumber(ARGV[a + 1]) then
     return redis.error_reply('commit: the rid of claim ' .. ARGV[a] .. ' must be a number, not '
       .. tostring(ARGV[a + 1]))
@@ -123,11 +127,11 @@ if replayed then return replayed end
 local out = {}
 local revisit_of = {}
 local revisit_at = fail_at + 7 * n_fail
-local stats_at = revisit_at + 4 * tonumber(ARGV[7])
-for i = revisit_at, stats_at - 1, 4 do
-  revisit_of[ARGV[i]] = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
+local stats_at = revisit_at + 5 * tonumber(ARGV[7])
+for i = revisit_at, stats_at - 1, 5 do
+  revisit_of[ARGV[i]] = {ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 1]) or 0}
 end
-local a = enqueue_new(keys, g, 10, n_enq, out, ttl, gen)
+local a = enqueue_new(keys, g, 10, groups, out, ttl, gen)
 -- never fails (lib_stats.lua): a value refused is skipped and counted, the rest applied
 local stats_refused = apply_stats(KEYS[12], stats_at, stats_at + 3 * tonumber(ARGV[8]) - 1)
 if stats_refused > 0 then redis.call('HINCRBY', KEYS[3], 'stats_refused', stats_refused) end
@@ -151,14 +155,15 @@ end
 local now_ms  -- Redis TIME, read once when needed
 local done_new, acked, untrusted = 0, 0, 0
 local tokens = {}
-for i = 0, n_ack - 1 do tokens[i + 1] = ARGV[a + 3 * i] end
+for i = 0, n_ack - 1 do tokens[i + 1] = ARGV[a + 2 * i] end
 local envs = batch_call('HMGET', KEYS[5], tokens, nil, true)
 local scores = n_ack > 1 and batch_call('ZMSCORE', KEYS[4], tokens, nil, true)
 local gone = {}  -- token -> 1: its lease ended in this call, 2: its envelope too
 local zrem, hdel_env, hdel_owner, revisits = {}, {}, {}, nil
 for i = 1, n_ack do
   local token, rid = tokens[i], ARGV[a + 1]
-  local revisit_ms = tonumber(ARGV[a + 2]) or 0
+  local again = revisit_of[token]
+  local revisit_ms = again and again[4] or 0
   local was = gone[token]
   local env = was ~= 2 and envs[i] or nil
   local held, trusted = 0, false
@@ -195,7 +200,6 @@ for i = 1, n_ack do
   else
     newly_done = held
   end
-  local again = revisit_of[token]
   if revisit_ms > 0 and newly_done == 1 and again then  -- a stale ack marking it done
     now_ms, revisits = now_ms or server_ms(), revisits or {}
     revisits[#revisits + 1] = now_ms + revisit_ms
@@ -204,7 +208,7 @@ for i = 1, n_ack do
   done_new = done_new + newly_done
   out[#out + 1] = held + 2 * newly_done
   acked = acked + held
-  a = a + 3
+  a = a + 2
 end
 batch_call('ZREM', KEYS[4], zrem)
 batch_call('HDEL', KEYS[5], hdel_env)

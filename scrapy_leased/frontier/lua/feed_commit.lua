@@ -7,8 +7,8 @@
 -- is queued once.
 -- KEYS[1] lanes  KEYS[2] todo  KEYS[3] stats  KEYS[4] dead
 -- KEYS[5] feed_taken  KEYS[6] feed_deadlines
--- KEYS[7..] seen buckets and queue LISTs (each followed by its lane's tier index:
--- lib_settle.lua lane_queue), by index below
+-- KEYS[7..] queue LISTs (each followed by its lane's tier index: lib_settle.lua
+-- lane_queue), by index below, and the new requests' seen buckets (lib_enqueue.lua)
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's feed
 -- call key)
 -- ARGV[1] worker id  ARGV[2] n_enqueue  ARGV[3] n_bad  ARGV[4] the seen set's expiry
@@ -31,6 +31,8 @@ local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3]}
 local ttl, gen = tonumber(ARGV[4]), tonumber(ARGV[5])
 local gen_error = seen_gen_error(ttl, gen)
 if gen_error then return gen_error end
+local groups, enqueue_error = enqueue_groups('feed_commit', 7, tonumber(ARGV[2]), ttl)
+if enqueue_error then return enqueue_error end
 local g = guard_open()
 local replayed = guard_replayed(g)
 if replayed then return replayed end
@@ -38,7 +40,7 @@ local worker, n_enq, n_bad = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local held = redis.call('HGET', KEYS[5], worker)
 if not held or string.match(held, '^(%d+) ') ~= ARGV[6] then return guard_reply(g, {0}) end
 local out = {1}
-local a = enqueue_new(keys, g, 7, n_enq, out, ttl, gen)
+local a = enqueue_new(keys, g, 7, groups, out, ttl, gen)
 if n_bad > 0 then
   local now, new = server_ms(), 0
   for _ = 1, n_bad do

@@ -21,82 +21,125 @@ local function seen_gen_error(ttl, gen)
   return nil
 end
 
--- The new requests' ARGV (enqueue_new), from a: {g, then g groups x {priority, index
--- into KEYS of the LIST of the group's tier in its lane (the lane's tier index right
--- after it: lib_settle.lua lane_queue), lane, queue order code (lib_settle.lua: L, F, S
--- or T)}, then n requests x {bucket index into KEYS (0 = no dedupe; with an expiry, the
--- current generation's SET, the previous one's right after it), member, group number
--- (1..g), payload}}. What requests share (their lane, priority and order) is sent once
--- per group: an argument costs Redis about as much as a short command (parsed, then
--- made a Lua string). enqueue_args_len: how many ARGV that is.
+-- The new requests' ARGV (enqueue_new), from a: {g, kb, then g groups x {priority,
+-- index into KEYS of the LIST of the group's tier in its lane (the lane's tier index
+-- right after it: lib_settle.lua lane_queue), lane, queue order code (lib_settle.lua:
+-- L, F, S or T), count}, then the requests, group after group (count each, in the
+-- groups' order), x {member ('' for a request that is not deduplicated), payload}}.
+-- The seen buckets are KEYS from kb on, one per deduplicated request in that order
+-- (with an expiry two: the current generation's SET, then the previous one's).
+-- What requests share (lane, priority, order) is sent once per group and where their
+-- seen bucket is by their order: an argument costs Redis about as much as a short
+-- command (parsed, then made a Lua string), a number in it a tonumber more.
+-- enqueue_args_len: how many ARGV that is.
 local function enqueue_args_len(a, n)
-  return 1 + 4 * tonumber(ARGV[a]) + 4 * n
+  return 2 + 5 * tonumber(ARGV[a]) + 2 * n
 end
 
--- enqueue_new(keys, g, a, n, out, ttl, gen): queue the n new requests whose ARGV start
--- at a (above). Each is deduplicated (SADD to its seen bucket) and pushed as ONE
+-- The groups of the new requests' ARGV from a (above), read once, before any write:
+-- {{priority, qi, lane, order, count}...}, or nil and an error reply when their counts
+-- do not add up to n (that would shift every argument after them) or a seen bucket is
+-- not in KEYS (its SADD would stop the script after those before it: URLs marked seen,
+-- never queued).
+local function enqueue_groups(script, a, n, ttl)
+  local n_groups, kb = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  if not n_groups or not kb or n_groups < 0 or n_groups ~= math.floor(n_groups) then
+    return nil, redis.error_reply(script .. ': ARGV[' .. a .. '], ARGV[' .. (a + 1) .. '] must '
+      .. 'be the number of request groups and the index of the first seen bucket, not '
+      .. tostring(ARGV[a]) .. ', ' .. tostring(ARGV[a + 1]))
+  end
+  local groups, total = {}, 0
+  for s = a + 2, a + 1 + 5 * n_groups, 5 do
+    local count = tonumber(ARGV[s + 4])
+    if not count or count < 0 or count ~= math.floor(count) then
+      return nil, redis.error_reply(script .. ': ARGV[' .. (s + 4) .. '] must be the count of '
+        .. 'a request group, not ' .. tostring(ARGV[s + 4]))
+    end
+    groups[#groups + 1] = {ARGV[s], tonumber(ARGV[s + 1]), ARGV[s + 2], ARGV[s + 3], count}
+    total = total + count
+  end
+  local first = a + 2 + 5 * n_groups
+  if total ~= n or first + 2 * total - 1 > #ARGV then
+    return nil, redis.error_reply(script .. ': the request groups hold ' .. total
+      .. ' requests, not ' .. tostring(n) .. ', or ARGV ends before them')
+  end
+  local deduped = 0
+  for m = first, first + 2 * total - 2, 2 do
+    if ARGV[m] ~= '' then deduped = deduped + 1 end
+  end
+  if deduped > 0 and (kb < 1 or kb + (ttl > 0 and 2 or 1) * deduped - 1 > #KEYS) then
+    return nil, redis.error_reply(script .. ': the seen buckets of ' .. deduped .. ' requests '
+      .. 'from KEYS[' .. ARGV[a + 1] .. '] are not all in KEYS')
+  end
+  return groups
+end
+
+-- enqueue_new(keys, g, a, groups, out, ttl, gen): queue the new requests whose ARGV
+-- start at a (above), in their groups (enqueue_groups). Each is deduplicated (SADD to its seen bucket) and pushed as ONE
 -- decision, with a new rid. Appends 1 (queued) or 0 (duplicate) per request to out;
 -- counts stats 'enqueued' and 'duplicates'. keys: {lanes, todo, stats}; g: the guard
 -- (lib_guard.lua); ttl, gen: the seen set's expiry (ms, 0: none) and the generation
 -- checked by seen_gen_error. Returns the index of the next ARGV.
 -- Per call, not per request: the new requests' rids are counted here and the rids key
 -- written once, before any of them is pushed (never below a rid in a queue, were the
--- script to stop half-way); one push per LIST and end (in the order given), one ZADD NX
+-- script to stop half-way); one push per group (in the order given), one ZADD NX
 -- of the lanes, one INCRBY of todo. As queue_push (lib_settle.lua) does for one request.
-local function enqueue_new(keys, g, a, n, out, ttl, gen)
+local function enqueue_new(keys, g, a, groups, out, ttl, gen)
   local dups = 0
   local expire_at = (gen + 2) * ttl
+  local kb, width = tonumber(ARGV[a + 1]), ttl > 0 and 2 or 1
   local function new_in_seen_set(bucket, member)
-    if bucket == 0 then return true end
     if ttl == 0 then return redis.call('SADD', KEYS[bucket], member) == 1 end
     if redis.call('SISMEMBER', KEYS[bucket + 1], member) == 1 then return false end
     if redis.call('SADD', KEYS[bucket], member) == 0 then return false end
     redis.call('PEXPIREAT', KEYS[bucket], expire_at)
     return true
   end
-  local groups, order_of, lanes, lane_set = {}, {}, {}, {}
+  local pushes, lanes, lane_set = {}, {}, {}
   local rid = g.last_rid
-  local specs = a + 1  -- the argument groups: spec i at specs + 4 (i - 1)
-  a = specs + 4 * tonumber(ARGV[a])
-  for _ = 1, n do
-    if new_in_seen_set(tonumber(ARGV[a]), ARGV[a + 1]) then
-      rid = rid + 1
-      local s = specs + 4 * (tonumber(ARGV[a + 2]) - 1)
-      local priority, qi, lane, order = ARGV[s], tonumber(ARGV[s + 1]), ARGV[s + 2], ARGV[s + 3]
-      local left = order == 'L' or order == 'T'
-      local id = (left and 'L' or 'R') .. qi
-      local group = groups[id]
-      if not group then
-        group = {qi = qi, left = left, priority = priority, start = order == 'S' or order == 'T',
-          envs = {}}
-        groups[id] = group
-        order_of[#order_of + 1] = id
+  a = a + 2 + 5 * #groups  -- the requests
+  for _, group in ipairs(groups) do
+    local priority, lane = group[1], group[3]
+    local envs
+    for _ = 1, group[5] do
+      local new = true
+      if ARGV[a] ~= '' then
+        new = new_in_seen_set(kb, ARGV[a])
+        kb = kb + width
       end
-      group.envs[#group.envs + 1] = make_envelope(int_str(rid), '0', '0', priority, lane,
-        ARGV[a + 3])
+      if new then
+        rid = rid + 1
+        envs = envs or {}
+        envs[#envs + 1] = make_envelope(int_str(rid), '0', '0', priority, lane, ARGV[a + 1])
+        out[#out + 1] = 1
+      else
+        out[#out + 1] = 0
+        dups = dups + 1
+      end
+      a = a + 2
+    end
+    if envs then
+      group.envs = envs
+      pushes[#pushes + 1] = group
       if not lane_set[lane] then
         lane_set[lane] = true
         lanes[#lanes + 1] = '0'
         lanes[#lanes + 1] = lane
       end
-      out[#out + 1] = 1
-    else
-      out[#out + 1] = 0
-      dups = dups + 1
     end
-    a = a + 4
   end
   local queued = rid - g.last_rid
   if queued > 0 then
     g.last_rid = rid
     redis.call('SET', g.rids, int_str(rid))
-    for _, id in ipairs(order_of) do
-      local group = groups[id]
-      local q = lane_queue(group.qi)
-      local pushed = redis.call(group.left and 'LPUSH' or 'RPUSH', q.l, unpack(group.envs))
-      if pushed == #group.envs and (group.start or tonumber(group.priority) ~= 0) then
-        redis.call('ZADD', q.idx, tier_rank(group.priority, group.start),
-          tier_code(group.priority, group.start))
+    for _, p in ipairs(pushes) do
+      local order, envs = p[4], p.envs
+      local q = lane_queue(p[2])
+      local start = order == 'S' or order == 'T'
+      local pushed = redis.call((order == 'L' or order == 'T') and 'LPUSH' or 'RPUSH', q.l,
+        unpack(envs))
+      if pushed == #envs and (start or p[1] ~= '0') then
+        redis.call('ZADD', q.idx, tier_rank(p[1], start), tier_code(p[1], start))
       end
     end
     redis.call('ZADD', keys.lanes, 'NX', unpack(lanes))
