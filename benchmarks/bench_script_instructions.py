@@ -1,7 +1,7 @@
 """Instructions Redis runs per call of claim.lua and commit.lua, counted by callgrind.
 
     python benchmarks/bench_script_instructions.py [--calls 200] [--lanes 64] [--micro]
-                                                   [--steps] [--floor]
+                                                   [--steps] [--floor] [--onsite]
 
 Redis CPU seconds (``INFO cpu``, bench_frontier.py) move by 2x between runs on a shared
 machine; instructions do not: ``valgrind --tool=callgrind`` counts the instructions the
@@ -22,6 +22,10 @@ phase at a time (``callgrind_control -i on``, ``-d`` after the phase):
   3 new: 2 on the page's lane, 1 on a random one) and 4 acks, as bench_frontier's
   simulated workers send them;
 * the trivial script (``return 1``): what a call costs with nothing in it.
+
+``--onsite`` adds commits of 4 pages whose 10 links are all on the page's lane (3 new,
+7 seed URLs of that lane): an on-site crawl, where a call's new requests share a few
+lanes (the commits above spread them over up to 40 lanes). Not in the per-page figure.
 
 ``--micro`` adds single Lua operations and Redis commands inside a script (10 per call,
 less the trivial call): what the scripts' parts cost.
@@ -139,13 +143,32 @@ def page_links(env: Any, lanes: int, pool: list[Any], rng: random.Random, counte
     return out + [pool[rng.randrange(len(pool))] for _ in range(bf.LINKS_DUP)]
 
 
-def frontier_phases(srv: Counted, calls: int, lanes: int) -> None:
+def onsite_links(env: Any, by_lane: dict[str, list[Any]], rng: random.Random,
+                 counter: list[int]) -> list[Any]:
+    """The links of one simulated page of an on-site crawl: as ``page_links``, all on
+    the page's lane (LINKS_NEW new URLs, LINKS_DUP seed URLs of that lane)."""
+    out = []
+    for _ in range(bf.LINKS_NEW):
+        counter[0] += 1
+        out.append(bf.new_request(f"https://{env.lane}/p/o{counter[0]}", "https://x/",
+                                  env.lane))
+    same = by_lane[env.lane]
+    return out + [same[rng.randrange(len(same))] for _ in range(bf.LINKS_DUP)]
+
+
+ONSITE = "on-site commit.lua: 4 pages (40 links on the page's lane, 4 acks)"
+
+
+def frontier_phases(srv: Counted, calls: int, lanes: int, onsite: bool = False) -> None:
     from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
     from scrapy_leased.frontier.keys import CrawlKeys
 
     bf.seed(srv.url, 20_000, lanes)
     pool = bf.seed_requests(20_000, lanes)
+    by_lane: dict[str, list[Any]] = {}
+    for r in pool:
+        by_lane.setdefault(r.lane, []).append(r)
 
     async def go() -> None:
         f = Frontier(make_client(srv.url), CrawlKeys(bf.CRAWL_ID), lease_ms=bf.LEASE_MS,
@@ -155,9 +178,11 @@ def frontier_phases(srv: Counted, calls: int, lanes: int) -> None:
         rng = random.Random(7)
         counter = [0]
 
-        async def commit() -> None:
+        async def commit(same_lane: bool = False) -> None:
             done = [held.pop() for _ in range(4)]
-            links = [x for _, e in done for x in page_links(e, lanes, pool, rng, counter, "c")]
+            links = [x for _, e in done
+                     for x in (onsite_links(e, by_lane, rng, counter) if same_lane
+                               else page_links(e, lanes, pool, rng, counter, "c"))]
             await f.commit(links, [(t, e.rid) for t, e in done])
 
         # scripts loaded and the guard's epoch started before anything is counted
@@ -174,6 +199,14 @@ def frontier_phases(srv: Counted, calls: int, lanes: int) -> None:
         for _ in range(calls):
             await commit()
         await asyncio.to_thread(srv.stop, "commit.lua: 4 pages (40 links, 4 acks)")
+        if onsite:  # claims for them first, not counted
+            for t in range(calls):
+                cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
+                held.extend((await f.claim(4, "w", cands)).claims)
+            await asyncio.to_thread(srv.start)
+            for _ in range(calls):
+                await commit(same_lane=True)
+            await asyncio.to_thread(srv.stop, ONSITE)
         await asyncio.to_thread(srv.start)
         for _ in range(calls):
             await trivial()
@@ -373,12 +406,12 @@ def floor_phases(srv: Counted, calls: int) -> None:
 
 
 def measure(calls: int = 200, lanes: int = 64, micro: bool = False,
-            floor: bool = False, steps: bool = False) -> dict[str, int]:
+            floor: bool = False, steps: bool = False, onsite: bool = False) -> dict[str, int]:
     """Instructions of each phase (label -> total over ``calls`` calls)."""
     with tempfile.TemporaryDirectory() as workdir:
         srv = Counted(workdir)
         try:
-            frontier_phases(srv, calls, lanes)
+            frontier_phases(srv, calls, lanes, onsite)
             if micro:
                 micro_phases(srv, calls)
             if steps:
@@ -409,12 +442,13 @@ def main() -> int:
     ap.add_argument("--micro", action="store_true")
     ap.add_argument("--floor", action="store_true")
     ap.add_argument("--steps", action="store_true")
+    ap.add_argument("--onsite", action="store_true")
     a = ap.parse_args()
     for tool in ("valgrind", "callgrind_control", "redis-server"):
         if not shutil.which(tool):
             print(f"{tool} not found (valgrind: Debian's package valgrind)", file=sys.stderr)
             return 2
-    totals = measure(a.calls, a.lanes, a.micro, a.floor, a.steps)
+    totals = measure(a.calls, a.lanes, a.micro, a.floor, a.steps, a.onsite)
     print("| phase | instructions per call | above the trivial call |")
     print("| --- | ---: | ---: |")
     trivial = totals.get("trivial script (`return 1`)", 0) / a.calls

@@ -161,8 +161,9 @@ def test_commit_refuses_request_groups_that_do_not_add_up_before_any_write(redis
         new = [url_request(f"http://example.com/{i}") for i in (1, 2, 3)]
         call = CommitCall(keys, f.guard, "", f.max_attempts, 0, new)
         kk, args = call.build(None)
-        assert args[9:11] == [1, len(kk) - 4 - 2]  # one group; its 3 buckets before the guard's
-        for at, value in ((15, 2), (15, 4), (15, "x"), (10, len(kk)), (9, "nan")):
+        assert args[9:11] == [1, 14]  # one group, its queue right after the 13 fixed KEYS
+        assert kk[15:18] == [keys.seen_bucket(r.bucket) for r in new]
+        for at, value in ((14, 2), (14, 4), (14, "x"), (10, len(kk) - 1), (9, "nan")):
             bad = list(args)
             bad[at] = value
             with pytest.raises(redis.exceptions.ResponseError) as info:

@@ -21,7 +21,8 @@ def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
     (the seen buckets of generation ``gen``, None: no expiry), and the order they are
     sent in (indexes into ``enqueue``; the script's results come in that order): what
     requests share (lane, priority, order) once per group with their count, then two
-    fields a request, group after group; their seen buckets in KEYS in the same order.
+    fields a request, group after group; in KEYS the groups' queues, then the requests'
+    seen buckets, in the same order.
     The new requests' rids follow the order they are sent in."""
     groups: dict[tuple[str, int, str], list[int]] = {}
     # a fingerprint named again goes with its first request, after it: that one is
@@ -36,9 +37,11 @@ def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
     requests: list[Any] = []
     sent: list[int] = []
     seen_keys: list[str] = []
+    first_queue = len(extra.keys) + 1
     for (lane, priority, order), members in groups.items():
-        specs += [priority, extra.queue(k, lane, tier_code(priority, is_start(order))), lane,
-                  order, len(members)]
+        code = tier_code(priority, is_start(order))
+        extra.keys += [k.lane_tier(lane, code), k.lane_queue(lane)]  # (lane_queue in Lua)
+        specs += [priority, lane, order, len(members)]
         for i in members:
             r = enqueue[i]
             if r.bucket is None:
@@ -49,9 +52,8 @@ def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
                 if gen is not None:
                     seen_keys.append(k.seen_bucket(r.bucket, gen - 1))
         sent += members
-    first_seen = len(extra.keys) + 1
     extra.keys.extend(seen_keys)
-    return [len(groups), first_seen, *specs, *requests], sent
+    return [len(groups), first_queue, *specs, *requests], sent
 
 
 def in_given_order(results: Sequence[Any], sent: Sequence[int]) -> list[Any]:

@@ -21,44 +21,47 @@ local function seen_gen_error(ttl, gen)
   return nil
 end
 
--- The new requests' ARGV (enqueue_new), from a: {g, kb, then g groups x {priority,
--- index into KEYS of the LIST of the group's tier in its lane (the lane's tier index
--- right after it: lib_settle.lua lane_queue), lane, queue order code (lib_settle.lua:
--- L, F, S or T), count}, then the requests, group after group (count each, in the
--- groups' order), x {member ('' for a request that is not deduplicated), payload}}.
--- The seen buckets are KEYS from kb on, one per deduplicated request in that order
--- (with an expiry two: the current generation's SET, then the previous one's).
--- What requests share (lane, priority, order) is sent once per group and where their
--- seen bucket is by their order: an argument costs Redis about as much as a short
--- command (parsed, then made a Lua string), a number in it a tonumber more.
+-- The new requests' ARGV (enqueue_new), from a: {g, kq, then g groups x {priority,
+-- lane, queue order code (lib_settle.lua: L, F, S or T), count}, then the requests,
+-- group after group (count each, in the groups' order), x {member ('' for a request
+-- that is not deduplicated), payload}}. KEYS from kq on: each group's LIST of its tier
+-- in its lane followed by the lane's tier index (lib_settle.lua lane_queue), in the
+-- groups' order, then the seen buckets, one per deduplicated request in the order
+-- sent (with an expiry two: the current generation's SET, then the previous one's).
+-- What requests share (lane, priority, order) is sent once per group, and where their
+-- keys are by their order: an argument costs Redis about as much as a short command
+-- (parsed, then made a Lua string), a number in it a tonumber more.
 -- enqueue_args_len: how many ARGV that is.
 local function enqueue_args_len(a, n)
-  return 2 + 5 * tonumber(ARGV[a]) + 2 * n
+  return 2 + 4 * tonumber(ARGV[a]) + 2 * n
 end
 
 -- The groups of the new requests' ARGV from a (above), read once, before any write:
--- {{priority, qi, lane, order, count}...}, or nil and an error reply when their counts
+-- {{priority, index in KEYS of its queue, lane, order, count}..., kb = index in KEYS of
+-- the first seen bucket}, or nil and an error reply when their counts
 -- do not add up to n (that would shift every argument after them) or a seen bucket is
 -- not in KEYS (its SADD would stop the script after those before it: URLs marked seen,
 -- never queued).
 local function enqueue_groups(script, a, n, ttl)
-  local n_groups, kb = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  if not n_groups or not kb or n_groups < 0 or n_groups ~= math.floor(n_groups) then
+  local n_groups, kq = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  if not n_groups or not kq or n_groups < 0 or n_groups ~= math.floor(n_groups) or kq < 1
+      or kq ~= math.floor(kq) or kq + 2 * n_groups - 1 > #KEYS then
     return nil, redis.error_reply(script .. ': ARGV[' .. a .. '], ARGV[' .. (a + 1) .. '] must '
-      .. 'be the number of request groups and the index of the first seen bucket, not '
+      .. 'be the number of request groups and the index in KEYS of their queues, not '
       .. tostring(ARGV[a]) .. ', ' .. tostring(ARGV[a + 1]))
   end
   local groups, total = {}, 0
-  for s = a + 2, a + 1 + 5 * n_groups, 5 do
-    local count = tonumber(ARGV[s + 4])
+  for s = a + 2, a + 1 + 4 * n_groups, 4 do
+    local count = tonumber(ARGV[s + 3])
     if not count or count < 0 or count ~= math.floor(count) then
-      return nil, redis.error_reply(script .. ': ARGV[' .. (s + 4) .. '] must be the count of '
-        .. 'a request group, not ' .. tostring(ARGV[s + 4]))
+      return nil, redis.error_reply(script .. ': ARGV[' .. (s + 3) .. '] must be the count of '
+        .. 'a request group, not ' .. tostring(ARGV[s + 3]))
     end
-    groups[#groups + 1] = {ARGV[s], tonumber(ARGV[s + 1]), ARGV[s + 2], ARGV[s + 3], count}
+    groups[#groups + 1] = {ARGV[s], kq + 2 * #groups, ARGV[s + 1], ARGV[s + 2], count}
     total = total + count
   end
-  local first = a + 2 + 5 * n_groups
+  local kb = kq + 2 * n_groups
+  local first = a + 2 + 4 * n_groups
   if total ~= n or first + 2 * total - 1 > #ARGV then
     return nil, redis.error_reply(script .. ': the request groups hold ' .. total
       .. ' requests, not ' .. tostring(n) .. ', or ARGV ends before them')
@@ -67,10 +70,11 @@ local function enqueue_groups(script, a, n, ttl)
   for m = first, first + 2 * total - 2, 2 do
     if ARGV[m] ~= '' then deduped = deduped + 1 end
   end
-  if deduped > 0 and (kb < 1 or kb + (ttl > 0 and 2 or 1) * deduped - 1 > #KEYS) then
+  if kb + (ttl > 0 and 2 or 1) * deduped - 1 > #KEYS then
     return nil, redis.error_reply(script .. ': the seen buckets of ' .. deduped .. ' requests '
-      .. 'from KEYS[' .. ARGV[a + 1] .. '] are not all in KEYS')
+      .. 'from KEYS[' .. kb .. '] are not all in KEYS')
   end
+  groups.kb = kb
   return groups
 end
 
@@ -87,7 +91,7 @@ end
 local function enqueue_new(keys, g, a, groups, out, ttl, gen)
   local dups = 0
   local expire_at = (gen + 2) * ttl
-  local kb, width = tonumber(ARGV[a + 1]), ttl > 0 and 2 or 1
+  local kb, width = groups.kb, ttl > 0 and 2 or 1
   local function new_in_seen_set(bucket, member)
     if ttl == 0 then return redis.call('SADD', KEYS[bucket], member) == 1 end
     if redis.call('SISMEMBER', KEYS[bucket + 1], member) == 1 then return false end
@@ -97,7 +101,7 @@ local function enqueue_new(keys, g, a, groups, out, ttl, gen)
   end
   local pushes, lanes, lane_set = {}, {}, {}
   local rid = g.last_rid
-  a = a + 2 + 5 * #groups  -- the requests
+  a = a + 2 + 4 * #groups  -- the requests
   for _, group in ipairs(groups) do
     local priority, lane = group[1], group[3]
     local envs
