@@ -38,10 +38,10 @@ end
 
 -- The groups of the new requests' ARGV from a (above), read once, before any write:
 -- {{priority, index in KEYS of its queue, lane, order, count}..., kb = index in KEYS of
--- the first seen bucket}, or nil and an error reply when their counts
--- do not add up to n (that would shift every argument after them) or a seen bucket is
--- not in KEYS (its SADD would stop the script after those before it: URLs marked seen,
--- never queued).
+-- the first seen bucket}, or nil and an error reply when their counts do not add up to
+-- n (that would shift every argument after them) or a queue or a seen bucket is not in
+-- KEYS (a SADD would stop the script after those before it: URLs marked seen, never
+-- queued).
 local function enqueue_groups(script, a, n, ttl)
   local n_groups, kq = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   if not n_groups or not kq or n_groups < 0 or n_groups ~= math.floor(n_groups) or kq < 1
