@@ -24,7 +24,7 @@ Frontier`` and ``scrapy_leased.frontier.writer.CommitWriter`` (the classes the s
   (``LINGER_SECONDS``: a batch waits for the next claim, at most that long), as in the
   scheduler;
 * a heartbeat renewing the worker's leases every 10 s (``renew.lua``) and a sweep of
-  expired leases every 2 s (``expired.lua``), the defaults.
+  expired leases every 2 s (``expired.lua``, then ``hot_keys.lua``), the defaults.
 
 Payloads are shaped like the scheduler's (``{"u":..., "k":{"depth":3}, "h":{"Referer":
 [...]}, "cb":"parse"}``, about 130 bytes), spread over ``--hosts`` lanes (no rate
@@ -267,6 +267,7 @@ class SimWorker:
             await _sleep_or_stop(stop, SWEEP_S * self.rng.uniform(0.5, 1.0))
             if not stop.is_set():
                 await self.frontier.recover()
+                await self.frontier.hash_hot_keys()  # as the workers' sweep does
 
     async def trivial_loop(self, stop: asyncio.Event) -> None:
         script = self.frontier.client.register_script(TRIVIAL)

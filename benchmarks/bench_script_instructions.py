@@ -185,9 +185,11 @@ def frontier_phases(srv: Counted, calls: int, lanes: int, onsite: bool = False) 
                                else page_links(e, lanes, pool, rng, counter, "c"))]
             await f.commit(links, [(t, e.rid) for t, e in done])
 
-        # scripts loaded and the guard's epoch started before anything is counted
+        # scripts loaded and the guard's epoch started before anything is counted; the
+        # busiest keys hashed, as the workers' sweep keeps them (lua/hot_keys.lua)
         held.extend((await f.claim(4, "w", [(names[i], NO_BUDGET) for i in range(8)])).claims)
         await commit()
+        await f.hash_hot_keys()
         trivial = f.client.register_script(bf.TRIVIAL)
         await trivial()
         await asyncio.to_thread(srv.start)

@@ -128,7 +128,7 @@ class Frontier(_Settings):
         self.cookies_mark: str | None = None
         self._s = register(self.client, "claim", "commit", "expired", "recover", "renew",
                            "release", "acquire", "penalize", "read", "feed_take",
-                           "feed_commit", "layout", "revisit", "key_aside")
+                           "feed_commit", "layout", "revisit", "key_aside", "hot_keys")
         self.guard = Guard(self.keys, caller or new_worker_id())
         self.generations = SeenGenerations(self.client)
         self.tiers = TierCache()
@@ -279,6 +279,12 @@ class Frontier(_Settings):
         Redis answers from the recorded reply, or changes nothing if the call never
         ran. For a caller about to close, so that it can release them."""
         return await self.claims.resolve()
+
+    async def hash_hot_keys(self) -> int:
+        """Turn the crawl's busiest keys that are listpacks into hashtables and skiplists
+        (lua/hot_keys.lua); returns how many were turned."""
+        keys, args = upkeep.hot_keys(self.keys)
+        return int(await self._s["hot_keys"](keys=keys, args=args))
 
     async def revisit(self, batch: int = 500) -> int:
         """Queue again up to ``batch`` requests whose revisit is due (lua/revisit.lua);

@@ -51,6 +51,7 @@ LIBS: dict[str, tuple[str, ...]] = {
     "worker_enter": ("lib_time",),  # workerid.py: a starting worker's id, unless in use
     "key_aside": (),  # a feed or control key of the wrong type moved aside
     "read": (),  # several reads with the server time, atomically (read_atomic below)
+    "hot_keys": (),  # the busiest keys kept hashtables and skiplists (the sweep)
 }
 
 #: The frontier's shared helpers, which every package's scripts may have prepended

@@ -32,6 +32,10 @@ class Expired(NamedTuple):
         return cls(r.number(), r.number(), pairs(r.rest()))
 
 
+def hot_keys(k: CrawlKeys) -> Call:
+    return fixed_keys("hot_keys", k), []
+
+
 def expired(k: CrawlKeys, batch: int) -> Call:
     return fixed_keys("expired", k), [batch]
 

@@ -146,6 +146,13 @@ class LeaseKeeper:
                 await asyncio.sleep(self.sweep_interval)
                 continue
             self.warn.clear("sweep")
+            try:  # the busiest keys as hashtables (lua/hot_keys.lua): speed, not safety
+                await self.frontier.hash_hot_keys()
+            except (RedisError, OSError) as exc:
+                self.warn("hot_keys", "Cannot check the encodings of the crawl's busiest "
+                          "keys, retrying: %s", exc)
+            else:
+                self.warn.clear("hot_keys")
             if requeued or dead:
                 self.stats.inc_value("leased/recovered", requeued)
                 self.stats.inc_value("leased/recovered_dead", dead)
