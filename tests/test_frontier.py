@@ -1213,7 +1213,8 @@ def test_claims_and_acks_write_once_per_call_not_per_request():
     bookkeeping commands as a claim and an ack of one: only taking a request off its
     queue (lpop) and checking it is not done (getbit) are per request; the head of its
     lane's tier index (zrange), whether its lane's queue is now empty (exists) and its
-    time and rate state (zscore, hmget) per lane served; marking an ack's request done
+    time and rate state (zscore; exists of the rate HASH of a lane without a budget, an
+    hmget when it has one) per lane served; marking an ack's request done
     (setbit) per ack. Before, each claimed request ran get + decr todo, set tokens,
     zadd leases, hset inflight, hset owners, exists + zadd lanes, zrange; each ack hget,
     zrem, hdel 2 and setbit (now hmget, zmscore, zrem and hdel 2 for all the acks of a
@@ -1240,12 +1241,14 @@ def test_claims_and_acks_write_once_per_call_not_per_request():
                 (one, many)
             for c in per_request:
                 assert (one[c], many[c]) == (1, 16), (c, one, many)
-            assert (one["exists"], many["exists"]) == (1, 2)  # per lane served: empty yet?
+            # per lane served: its rate HASH (none: no budget, nothing else to read), and
+            # whether its queue is empty now
+            assert (one["exists"], many["exists"]) == (2, 4)
             # a lane is looked at (its time, its rate state) when the round robin reaches
             # it: the claim of 1 never reaches lane b
             assert (one["zscore"], many["zscore"]) == (1, 2)
             assert (one["zrange"], many["zrange"]) == (1, 2)  # its tier index's head
-            assert many["hmget"] - one["hmget"] == 1
+            assert many["hmget"] == one["hmget"]  # (control, epoch) no rate HASH read
             assert many["zadd"] == 1 + 1 + 1  # heartbeat, leases, both lanes' times
             assert many["hset"] == 2 and many["set"] == 2  # inflight, owners; tokens, reply
             # what the calls left behind, as before: leases, envelopes, owners, todo

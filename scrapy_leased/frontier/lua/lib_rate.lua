@@ -24,6 +24,14 @@ local function rate_state(key)
     tonumber(v[5]) or 0
 end
 
+-- Whether a lane has nothing to enforce for certain: no budget (interval 0) and no
+-- rate HASH (no block, slowdown or Crawl-delay was ever set, or it expired), as the
+-- state of a missing HASH would say. One EXISTS instead of an HMGET of five fields
+-- (about a third of its instructions): most lanes of most crawls are such lanes.
+local function unbound(key, interval)
+  return interval == 0 and redis.call('EXISTS', key) == 0
+end
+
 local function slowdown(pf, pt, now, half_life)
   if pf <= 1 then return 1 end
   return math.max(1, pf * 0.5 ^ ((now - pt) / half_life))
@@ -45,6 +53,7 @@ end
 -- How many requests of the lane may be claimed now, and the lane's effective interval
 -- (0: no budget); when none may, the time from which one may.
 local function rate_claimable(key, interval, burst, now, half_life)
+  if unbound(key, interval) then return 1000000000, 0, now end
   local tat, blk, pf, pt, cd = rate_state(key)
   if now < blk then return 0, 0, blk end
   local t = effective_interval(interval, pf, pt, cd, now, half_life)
@@ -67,6 +76,7 @@ end
 -- Take one request's worth of budget. Returns (wait, ready): wait 0 when the request
 -- may start now, else the ms to wait; ready is when the lane can start another one.
 local function rate_take(key, interval, burst, now, half_life)
+  if unbound(key, interval) then return 0, now end
   local tat, blk, pf, pt, cd = rate_state(key)
   if now < blk then return blk - now, blk end
   local t = effective_interval(interval, pf, pt, cd, now, half_life)
