@@ -5,8 +5,10 @@
 
 Redis CPU seconds (``INFO cpu``, bench_frontier.py) move by 2x between runs on a shared
 machine; instructions do not: ``valgrind --tool=callgrind`` counts the instructions the
-redis-server process runs (its own code, Lua, libc), the same count for the same code
-and calls whatever else the machine does. Not to the last instruction: the claims and
+redis-server process runs (its own code, Lua, libc) to read and run each request
+(inside ``readQueryFromClient``: the protocol, the command, its reply, freeing its
+arguments; not the event loop's cron, which runs by the clock), the same count for the
+same code and calls whatever else the machine does. Not to the last instruction: the claims and
 commits take tokens from Redis TIME and land in listpacks and intsets of slightly
 different sizes, so two runs of the same code differed by up to 1.2 % (claim.lua at 100
 calls: 1,553,331 and 1,571,325 on 2026-12-05); a change smaller than that needs several
@@ -21,6 +23,13 @@ phase at a time (``callgrind_control -i on``, ``-d`` after the phase):
 * commits of 4 pages (``Frontier.commit``): 10 links a page (7 duplicates of seed URLs,
   3 new: 2 on the page's lane, 1 on a random one) and 4 acks, as bench_frontier's
   simulated workers send them;
+
+both in a steady state: each counted claim is followed by a commit of the 4 oldest
+claims, each counted commit by a claim of 4 (not counted), so that 32 claims stay in
+flight (``INFLIGHT``: two workers at Scrapy's default concurrency), with the crawl's
+busiest keys hashed as the workers' sweep keeps them (``hot_keys.lua``). (Before
+2026-12-06 the claims were counted first, then the commits, so the leases grew to 400
+and shrank again, and their keys' resizing was counted too.)
 * the trivial script (``return 1``): what a call costs with nothing in it.
 
 ``--onsite`` adds commits of 4 pages whose 10 links are all on the page's lane (3 new,
@@ -80,7 +89,8 @@ class Counted:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
+             "--toggle-collect=readQueryFromClient",
              f"--callgrind-out-file={self.out}", "redis-server", "--port", str(self.port),
              "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -105,6 +115,10 @@ class Counted:
     def start(self) -> None:
         self._ctl("-i", "on")
 
+    def pause(self) -> None:
+        """Instrumentation off until the next ``start``, what was counted kept."""
+        self._ctl("-i", "off")
+
     def stop(self, label: str) -> None:
         self._ctl("-d", f"phase{len(self.phases)}")
         self._ctl("-i", "off")
@@ -117,7 +131,7 @@ class Counted:
         out = {}
         for label, path in zip(self.phases, files):
             with open(path, encoding="utf-8", errors="replace") as fh:
-                found = re.search(r"^summary: (\d+)", fh.read(), re.M)
+                found = re.search(r"^totals: (\d+)", fh.read(), re.M)
             out[label] = int(found.group(1)) if found else 0
         return out
 
@@ -157,6 +171,9 @@ def onsite_links(env: Any, by_lane: dict[str, list[Any]], rng: random.Random,
 
 
 ONSITE = "on-site commit.lua: 4 pages (40 links on the page's lane, 4 acks)"
+#: claims in flight while claims and commits are counted: 2 workers' worth at Scrapy's
+#: default CONCURRENT_REQUESTS (16)
+INFLIGHT = 32
 
 
 def frontier_phases(srv: Counted, calls: int, lanes: int, onsite: bool = False) -> None:
@@ -179,36 +196,44 @@ def frontier_phases(srv: Counted, calls: int, lanes: int, onsite: bool = False) 
         counter = [0]
 
         async def commit(same_lane: bool = False) -> None:
-            done = [held.pop() for _ in range(4)]
+            done = [held.pop() for _ in range(4)]  # the 4 oldest claims
             links = [x for _, e in done
                      for x in (onsite_links(e, by_lane, rng, counter) if same_lane
                                else page_links(e, lanes, pool, rng, counter, "c"))]
             await f.commit(links, [(t, e.rid) for t, e in done])
 
         # scripts loaded and the guard's epoch started before anything is counted; the
-        # busiest keys hashed, as the workers' sweep keeps them (lua/hot_keys.lua)
-        held.extend((await f.claim(4, "w", [(names[i], NO_BUDGET) for i in range(8)])).claims)
+        # claims in flight brought to INFLIGHT, the busiest keys hashed, as the workers'
+        # sweep keeps them (lua/hot_keys.lua)
+        t = 0
+
+        async def claim() -> None:
+            nonlocal t
+            cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
+            held[:0] = (await f.claim(4, "w", cands)).claims  # the oldest last
+            t += 1
+
+        while len(held) < INFLIGHT + 4:
+            await claim()
         await commit()
-        await f.hash_hot_keys()
         trivial = f.client.register_script(bf.TRIVIAL)
         await trivial()
-        await asyncio.to_thread(srv.start)
-        for t in range(calls):
-            cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
-            held.extend((await f.claim(4, "w", cands)).claims)
-        await asyncio.to_thread(srv.stop, "claim.lua: 4 requests from 8 candidate lanes")
-        await asyncio.to_thread(srv.start)
-        for _ in range(calls):
-            await commit()
-        await asyncio.to_thread(srv.stop, "commit.lua: 4 pages (40 links, 4 acks)")
-        if onsite:  # claims for them first, not counted
-            for t in range(calls):
-                cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
-                held.extend((await f.claim(4, "w", cands)).claims)
-            await asyncio.to_thread(srv.start)
+        await f.hash_hot_keys()
+
+        async def phase(label: str, counted: Any, other: Any) -> None:
+            """``calls`` rounds of a claim and a commit (the claims in flight stay at
+            INFLIGHT), instructions counted for ``counted`` only."""
             for _ in range(calls):
-                await commit(same_lane=True)
-            await asyncio.to_thread(srv.stop, ONSITE)
+                await asyncio.to_thread(srv.start)
+                await counted()
+                await asyncio.to_thread(srv.pause)
+                await other()
+            await asyncio.to_thread(srv.stop, label)
+
+        await phase("claim.lua: 4 requests from 8 candidate lanes", claim, commit)
+        await phase("commit.lua: 4 pages (40 links, 4 acks)", commit, claim)
+        if onsite:
+            await phase(ONSITE, lambda: commit(same_lane=True), claim)
         await asyncio.to_thread(srv.start)
         for _ in range(calls):
             await trivial()
