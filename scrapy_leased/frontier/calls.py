@@ -36,11 +36,10 @@ def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
     specs: list[Any] = []
     requests: list[Any] = []
     sent: list[int] = []
-    seen_keys: list[str] = []
-    first_queue = len(extra.keys) + 1
+    queues: list[str] = []
+    seen: list[str] = []
     for (lane, priority, order), members in groups.items():
-        code = tier_code(priority, is_start(order))
-        extra.keys += [k.lane_tier(lane, code), k.lane_queue(lane)]  # (lane_queue in Lua)
+        queues += extra.queue_keys(k, lane, tier_code(priority, is_start(order)))
         specs += [priority, lane, order, len(members)]
         for i in members:
             r = enqueue[i]
@@ -48,11 +47,10 @@ def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
                 requests += ["", r.payload]
             else:
                 requests += [r.member, r.payload]
-                seen_keys.append(k.seen_bucket(r.bucket, gen))
-                if gen is not None:
-                    seen_keys.append(k.seen_bucket(r.bucket, gen - 1))
+                seen += extra.seen_keys(k, r.bucket, gen)
         sent += members
-    extra.keys.extend(seen_keys)
+    first_queue = extra.add(queues)
+    extra.add(seen)
     return [len(groups), first_queue, *specs, *requests], sent
 
 

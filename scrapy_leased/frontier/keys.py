@@ -320,14 +320,33 @@ class ExtraKeys:
             self.keys.append(second)
         return idx
 
+    def add(self, names: list[str]) -> int:
+        """Append ``names`` as they are (a script finds them by their place, not by
+        name: none is looked up or named once); the index the first has, or would have."""
+        idx = len(self.keys) + 1
+        self.keys += names
+        return idx
+
+    @staticmethod
+    def queue_keys(keys: CrawlKeys, lane: str, code: str = P0) -> list[str]:
+        """The LIST of a lane's tier ``code``, then the lane's tier index
+        (lua/lib_settle.lua: lane_queue)."""
+        return [keys.lane_tier(lane, code), keys.lane_queue(lane)]
+
+    @staticmethod
+    def seen_keys(keys: CrawlKeys, bucket: int, gen: int | None) -> list[str]:
+        """A seen bucket; with generations (``gen``), the current one's, then the
+        previous one's (lua/lib_enqueue.lua)."""
+        if gen is None:
+            return [keys.seen_bucket(bucket)]
+        return [keys.seen_bucket(bucket, gen), keys.seen_bucket(bucket, gen - 1)]
+
     def queue(self, keys: CrawlKeys, lane: str, code: str = P0) -> int:
-        """The index of the LIST of a lane's tier ``code``, the lane's tier index right
-        after it (lua/lib_settle.lua: lane_queue)."""
-        return self.pair(keys.lane_tier(lane, code), keys.lane_queue(lane))
+        """The index of ``queue_keys``: the LIST, its tier index right after it."""
+        return self.pair(*self.queue_keys(keys, lane, code))
 
     def seen(self, keys: CrawlKeys, bucket: int, gen: int | None) -> int:
-        """The index of a seen bucket; with generations (``gen``), of the current one's,
-        the previous one's right after it (lua/lib_enqueue.lua)."""
-        if gen is None:
-            return self(keys.seen_bucket(bucket))
-        return self.pair(keys.seen_bucket(bucket, gen), keys.seen_bucket(bucket, gen - 1))
+        """The index of ``seen_keys``: the current generation's, the previous one's
+        right after it."""
+        names = self.seen_keys(keys, bucket, gen)
+        return self(names[0]) if gen is None else self.pair(*names)
