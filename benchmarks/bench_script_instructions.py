@@ -19,20 +19,23 @@ A private ``redis-server`` runs under callgrind with instrumentation off; it is 
 with 20,000 requests over ``--lanes`` lanes (bench_frontier.seed), then, counted one
 phase at a time (``callgrind_control -i on``, ``-d`` after the phase):
 
-* claims of 4 requests from 8 candidate lanes (``Frontier.claim``), ``--calls`` of them;
-* commits of 4 pages (``Frontier.commit``): 10 links a page (7 duplicates of seed URLs,
-  3 new: 2 on the page's lane, 1 on a random one) and 4 acks, as bench_frontier's
-  simulated workers send them;
+* claims of ``PAGES`` requests from ``CANDIDATES`` candidate lanes (``Frontier.claim``),
+  ``--calls`` of them: a worker's batch at Scrapy's default ``CONCURRENT_REQUESTS`` and
+  the lanes it names for it (``ClaimSizer``: 8 requests, 12 lanes; 4 and 8 before
+  2026-12-06);
+* commits of ``PAGES`` pages (``Frontier.commit``): 10 links a page (7 duplicates of
+  seed URLs, 3 new: 2 on the page's lane, 1 on a random one) and their acks, as
+  bench_frontier's simulated workers send them;
 
-both in a steady state: each counted claim is followed by a commit of the 4 oldest
-claims, each counted commit by a claim of 4 (not counted), so that 32 claims stay in
+both in a steady state: each counted claim is followed by a commit of the ``PAGES``
+oldest claims, each counted commit by a claim (not counted), so that 32 claims stay in
 flight (``INFLIGHT``: two workers at Scrapy's default concurrency), with the crawl's
 busiest keys hashed as the workers' sweep keeps them (``hot_keys.lua``). (Before
 2026-12-06 the claims were counted first, then the commits, so the leases grew to 400
 and shrank again, and their keys' resizing was counted too.)
 * the trivial script (``return 1``): what a call costs with nothing in it.
 
-``--onsite`` adds commits of 4 pages whose 10 links are all on the page's lane (3 new,
+``--onsite`` adds commits of ``PAGES`` pages whose 10 links are all on the page's lane (3 new,
 7 seed URLs of that lane): an on-site crawl, where a call's new requests share a few
 lanes (the commits above spread them over up to 40 lanes). Not in the per-page figure.
 
@@ -41,13 +44,13 @@ less the trivial call): what the scripts' parts cost.
 
 ``--steps`` adds claim.lua and commit.lua cut after each of their steps (the rest
 replaced by ``return 1``), called with the KEYS and ARGV of real calls (no call id):
-claims of 4 requests from 8 candidate lanes, commits of 4 pages as above (each cut's
+claims and commits of ``PAGES`` pages as above (each cut's
 commits ack claims made for it, not counted). The instructions of each step are the
 differences of the cuts. A claim cut before the writes leaves its pops unleased; the
 next cut pops the next requests.
 
-``--floor`` adds ``lua/floor.lua`` with the same pages (4 a call, 10 links each, 3 of
-them new, acks of the previous 4): one script per batch that acks, queues what is new
+``--floor`` adds ``lua/floor.lua`` with the same pages (``PAGES`` a call, 10 links each,
+3 of them new, acks of the previous call's): one script per batch that acks, queues what is new
 and claims with the fewest commands a page needs (one lease entry per batch, no guard,
 lanes, tiers, rate or checks). Beside it, the claim and commit of today's frontier per
 page: how far a protocol is from what any protocol costs.
@@ -74,6 +77,16 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 import bench_frontier as bf  # noqa: E402
+
+from scrapy_leased.worker._claimsize import ClaimSizer  # noqa: E402
+
+#: Pages a claim takes and a commit settles: a worker's claim batch at Scrapy's default
+#: CONCURRENT_REQUESTS (16), and the candidate lanes its claims name
+PAGES = ClaimSizer(16).batch
+CANDIDATES = ClaimSizer(16).candidates(PAGES)
+LINKS = bf.LINKS_NEW + bf.LINKS_DUP  # a page's links
+CLAIM_LABEL = f"claim.lua: {PAGES} requests from {CANDIDATES} candidate lanes"
+COMMIT_LABEL = f"commit.lua: {PAGES} pages ({PAGES * LINKS} links, {PAGES} acks)"
 
 ENVELOPE = ('12345|0|0|0|host7.example.com|{"u":"https://host7.example.com/p/c123",'
             '"k":{"depth":3},"h":{"Referer":["https://host7.example.com/"]},"cb":"parse"}')
@@ -170,7 +183,8 @@ def onsite_links(env: Any, by_lane: dict[str, list[Any]], rng: random.Random,
     return out + [same[rng.randrange(len(same))] for _ in range(bf.LINKS_DUP)]
 
 
-ONSITE = "on-site commit.lua: 4 pages (40 links on the page's lane, 4 acks)"
+ONSITE = (f"on-site commit.lua: {PAGES} pages ({PAGES * LINKS} links on the page's lane, "
+          f"{PAGES} acks)")
 #: claims in flight while claims and commits are counted: 2 workers' worth at Scrapy's
 #: default CONCURRENT_REQUESTS (16)
 INFLIGHT = 32
@@ -196,7 +210,7 @@ def frontier_phases(srv: Counted, calls: int, lanes: int, onsite: bool = False) 
         counter = [0]
 
         async def commit(same_lane: bool = False) -> None:
-            done = [held.pop() for _ in range(4)]  # the 4 oldest claims
+            done = [held.pop() for _ in range(PAGES)]  # the oldest claims
             links = [x for _, e in done
                      for x in (onsite_links(e, by_lane, rng, counter) if same_lane
                                else page_links(e, lanes, pool, rng, counter, "c"))]
@@ -209,11 +223,12 @@ def frontier_phases(srv: Counted, calls: int, lanes: int, onsite: bool = False) 
 
         async def claim() -> None:
             nonlocal t
-            cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
-            held[:0] = (await f.claim(4, "w", cands)).claims  # the oldest last
+            cands = [(names[(t * CANDIDATES + i) % lanes], NO_BUDGET)
+                     for i in range(CANDIDATES)]
+            held[:0] = (await f.claim(PAGES, "w", cands)).claims  # the oldest last
             t += 1
 
-        while len(held) < INFLIGHT + 4:
+        while len(held) < INFLIGHT + PAGES:
             await claim()
         await commit()
         trivial = f.client.register_script(bf.TRIVIAL)
@@ -230,8 +245,8 @@ def frontier_phases(srv: Counted, calls: int, lanes: int, onsite: bool = False) 
                 await other()
             await asyncio.to_thread(srv.stop, label)
 
-        await phase("claim.lua: 4 requests from 8 candidate lanes", claim, commit)
-        await phase("commit.lua: 4 pages (40 links, 4 acks)", commit, claim)
+        await phase(CLAIM_LABEL, claim, commit)
+        await phase(COMMIT_LABEL, commit, claim)
         if onsite:
             await phase(ONSITE, lambda: commit(same_lane=True), claim)
         await asyncio.to_thread(srv.start)
@@ -337,9 +352,9 @@ def run_steps(srv: Counted, script: str, steps: list[tuple[str, str | None]],
 
 def steps_phases(srv: Counted, calls: int, lanes: int) -> list[str]:
     """claim.lua and commit.lua cut after each of their steps, ``calls`` real calls each
-    (of the crawl ``frontier_phases`` ran): claims of 4 requests from 8 candidate
-    lanes; commits of 4 pages (10 links a page, 3 new, and the 4 acks of claims made
-    for them, not counted). No call id: each call runs. The labels, in order."""
+    (of the crawl ``frontier_phases`` ran): claims of PAGES requests from CANDIDATES
+    candidate lanes; commits of PAGES pages (10 links a page, 3 new, and the acks of
+    claims made for them, not counted). No call id: each call runs. The labels, in order."""
     from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import NO_BUDGET, Frontier
     from scrapy_leased.frontier.calls import CommitCall
@@ -363,12 +378,14 @@ def steps_phases(srv: Counted, calls: int, lanes: int) -> list[str]:
 
     async def claims() -> list[tuple[list[str], list[Any]]]:
         f = frontier()
-        await f.claim(4, "w", [(names[i], NO_BUDGET) for i in range(8)])  # the epoch
+        await f.claim(PAGES, "w", [(names[i], NO_BUDGET) for i in range(CANDIDATES)])  # epoch
         out = []
         for t in range(calls):
-            cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
-            out.append(no_call_id(f.claims.build(4, f.lease_ms, "w", cands, f.half_life_ms,
-                                                 f.ready_lanes, f.limits, False)))
+            cands = [(names[(t * CANDIDATES + i) % lanes], NO_BUDGET)
+                     for i in range(CANDIDATES)]
+            out.append(no_call_id(f.claims.build(PAGES, f.lease_ms, "w", cands,
+                                                 f.half_life_ms, f.ready_lanes, f.limits,
+                                                 False)))
         await f.client.aclose()
         return out
 
@@ -376,8 +393,9 @@ def steps_phases(srv: Counted, calls: int, lanes: int) -> list[str]:
         f = frontier()
         out = []
         for t in range(calls):
-            cands = [(names[(t * 8 + i) % lanes], NO_BUDGET) for i in range(8)]
-            held = (await f.claim(4, "w", cands)).claims
+            cands = [(names[(t * CANDIDATES + i) % lanes], NO_BUDGET)
+                     for i in range(CANDIDATES)]
+            held = (await f.claim(PAGES, "w", cands)).claims
             links = [x for _, env in held
                      for x in page_links(env, lanes, pool, rng, counter, "t")]
             call = CommitCall(f.keys, f.guard, "", f.max_attempts, f.generations.ttl_ms,
@@ -391,7 +409,7 @@ def steps_phases(srv: Counted, calls: int, lanes: int) -> list[str]:
                               before=lambda: asyncio.run(commits()))
 
 
-FLOOR_PAGES = 4  # pages a floor call acks and claims, as the claims and commits above
+FLOOR_PAGES = PAGES  # pages a floor call acks and claims, as the claims and commits above
 FLOOR_SEEDS = 20_000
 SEEN_BUCKETS = 2 ** 14  # as the frontier's seen set (keys.py)
 
@@ -429,7 +447,7 @@ def floor_phases(srv: Counted, calls: int) -> None:
     srv.start()
     for _ in range(calls):
         call()
-    srv.stop(f"floor.lua: {FLOOR_PAGES} pages (acks, 40 links, claims)")
+    srv.stop(f"floor.lua: {FLOOR_PAGES} pages (acks, {FLOOR_PAGES * LINKS} links, claims)")
 
 
 def measure(calls: int = 200, lanes: int = 64, micro: bool = False,
@@ -452,7 +470,7 @@ def measure(calls: int = 200, lanes: int = 64, micro: bool = False,
 
 def per_page(totals: dict[str, int], calls: int) -> dict[str, float]:
     """Instructions per page: ``frontier`` (claim + commit share) and, when measured,
-    ``floor`` (floor.lua); each phase serves 4 pages a call."""
+    ``floor`` (floor.lua); each phase serves PAGES pages a call."""
     pages = {label: total / calls / FLOOR_PAGES for label, total in totals.items()
              if label.startswith(("claim.lua", "commit.lua", "floor.lua"))}
     out = {"frontier": sum(v for k, v in pages.items() if not k.startswith("floor"))}

@@ -28,8 +28,9 @@ Sections (``--only`` names; all but ``e2e_defaults`` by default):
   worker): plain Scrapy vs scrapy_leased at its defaults, as a ratio
   (``bench_worker_instructions.py``);
 * ``redis_instr``: instructions Redis runs per page for the claim and commit scripts
-  (callgrind, 4 pages a call, 10 links a page), beside ``floor.lua``: the fewest
-  commands a page needs (``bench_script_instructions.py --floor``);
+  (callgrind, a worker's claim batch of pages a call, 10 links a page), beside
+  ``floor.lua``: the fewest commands a page needs (``bench_script_instructions.py
+  --floor``);
 * ``frontier``: the frontier at fleet scale, simulated workers without HTTP against one
   Redis: pages/s, Redis CPU per page, commands and round trips per page, beside the
   trivial-script ceiling of the same Redis, and where the scripts spend
@@ -663,9 +664,11 @@ def section_redis_instr(quick: bool, raw: dict) -> dict:
     raw["redis_instr"] = {"totals": totals, "per_page": page}
     emit(f"`valgrind --tool=callgrind` counts the instructions of a private redis-server "
          f"(`benchmarks/bench_script_instructions.py --floor`), {calls} calls of each: "
-         f"claims of 4 requests from 8 candidate lanes, commits of 4 pages (10 links a "
-         f"page, 3 of them new, and 4 acks), as the fleet simulation's workers send them; "
-         f"and `benchmarks/lua/floor.lua` with the same pages: one script per 4 pages that "
+         f"claims of {bsi.PAGES} requests from {bsi.CANDIDATES} candidate lanes, commits of "
+         f"{bsi.PAGES} pages (10 links a page, 3 of them new, and their acks), as the fleet "
+         f"simulation's workers send them (a worker's claim batch at Scrapy's default "
+         f"concurrency); and `benchmarks/lua/floor.lua` with the same pages: one script per "
+         f"{bsi.PAGES} pages that "
          f"acks, queues what is new and claims with the fewest commands a page needs (one "
          f"lease entry per batch; no guard, lanes, tiers, rate or checks). A page costs "
          f"its claim's share plus its commit's share.")
@@ -700,7 +703,7 @@ def section_frontier(quick: bool, raw: dict) -> dict:
     rb, tp = out["redis_benchmark"], out["trivial_python"]
     emit(f"Simulated workers (`benchmarks/bench_frontier.py`: `Frontier` and `CommitWriter` "
          f"as the scheduler uses them, no Scrapy, no HTTP) in {procs} processes; each has 16 "
-         f"download slots and claims as the scheduler does (`ClaimSizer`: in batches of 4, "
+         f"download slots and claims as the scheduler does (`ClaimSizer`: in batches of 8, "
          f"or at once when nothing claimed waits to start; naming the batch + 4 of the lanes "
          f"last reported ready; its waiting commit sent right before each claim), "
          f"\"downloads\" each page for {latency[0]:.0f}-{latency[1]:.0f} ms "

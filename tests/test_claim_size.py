@@ -55,28 +55,28 @@ def test_capacity_counts_downloads_and_unstarted_claims_not_responses_being_proc
 
 
 def test_claims_go_in_batches_with_room_for_one_while_the_downloader_is_full():
-    s = ClaimSizer(16)  # margin 0 (nothing measured), batch 4
-    assert s.batch == 4
-    # downloader full, nothing unstarted: room for a batch of 3 (batch - 1), claimed at
+    s = ClaimSizer(16)  # margin 0 (nothing measured), batch 8
+    assert s.batch == 8
+    # downloader full, nothing unstarted: room for a batch of 7 (batch - 1), claimed at
     # once since nothing waits to be started
-    assert s.capacity(downloading=16, unstarted=0, held=16) == 3
-    assert s.worth_claiming(3, unstarted=0)
-    # one download over while 2 wait unstarted: room for 2, not a batch: wait
-    assert s.capacity(downloading=15, unstarted=2, held=17) == 2
-    assert not s.worth_claiming(2, unstarted=2)
-    # two more taken by the engine: room for 4, a batch
-    assert s.capacity(downloading=16, unstarted=0, held=19) == 3
-    assert s.capacity(downloading=13, unstarted=2, held=19) == 4
-    assert s.worth_claiming(4, unstarted=2)
+    assert s.capacity(downloading=16, unstarted=0, held=16) == 7
+    assert s.worth_claiming(7, unstarted=0)
+    # two downloads over while 6 wait unstarted: room for 3, not a batch: wait
+    assert s.capacity(downloading=14, unstarted=6, held=20) == 3
+    assert not s.worth_claiming(3, unstarted=6)
+    # four more taken by the engine: room for 8, a batch
+    assert s.capacity(downloading=16, unstarted=0, held=23) == 7
+    assert s.capacity(downloading=13, unstarted=2, held=23) == 8
+    assert s.worth_claiming(8, unstarted=2)
     assert not s.worth_claiming(0, unstarted=0)
     # never more than 2 * 16 + margin + batch - 1 held
-    assert s.held_bound() == 35
-    assert s.capacity(downloading=0, unstarted=0, held=35) == 0
+    assert s.held_bound() == 39
+    assert s.capacity(downloading=0, unstarted=0, held=39) == 0
     # candidate lanes: as many as the claim asks for, and a few more
-    assert s.candidates(4) == 8 and s.candidates(0) == 5
+    assert s.candidates(8) == 12 and s.candidates(0) == 5
     # a set prefetch claims as before: no batch
     assert ClaimSizer(16, fixed=0).batch == 1
-    assert ClaimSizer(1).batch == 1 and ClaimSizer(8).batch == 2
+    assert ClaimSizer(1).batch == 1 and ClaimSizer(8).batch == 4
 
 
 def test_downloads_go_on_while_a_callback_runs(redis_server, make_site, start_worker, crawl_id,
