@@ -316,7 +316,7 @@ while got < want and #active > 0 and not stop do
       if env then
         popped = popped + 1
         touch(l, 'now')  -- unless its queue is empty now: checked after the loop
-        local rid, _, expiries = parse_envelope(env)
+        local rid, _, expiries = envelope_head(env)
         if not rid then
           settle_failure(keys, nil, env, 'queue member is not an envelope', 1, true, now, 0)
         elseif not utf8_valid(env) then

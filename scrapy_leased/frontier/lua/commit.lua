@@ -108,7 +108,7 @@ for i = 0, n_fail - 1 do
   end
   local env = redis.call('HGET', KEYS[5], ARGV[a])
   if env then
-    local rid, _, _, priority, lane = parse_envelope(env)
+    local rid, _, _, priority, lane = envelope_head(env)
     if rid and (ARGV[a + 5] == '' or rid == ARGV[a + 5]) then
       if lane ~= ARGV[a + 4] then
         return redis.error_reply('commit: claim ' .. ARGV[a] .. ' is in lane ' .. lane ..
@@ -167,7 +167,7 @@ for i = 1, n_ack do
   local was = gone[token]
   local env = was ~= 2 and envs[i] or nil
   local held, trusted = 0, false
-  local mine = env and parse_envelope(env) == rid
+  local mine = env and envelope_head(env) == rid
   if (mine or not env) and not was then  -- its lease, if held, ends (one without an
     gone[token] = env and 2 or 1         -- envelope too)
     if not scores then
@@ -242,7 +242,7 @@ if n_fail > 0 then
   for _ = 1, n_fail do
     local token, rid = ARGV[a], ARGV[a + 5]
     local env = redis.call('HGET', KEYS[5], token)
-    if env and (rid == '' or parse_envelope(env) == rid)
+    if env and (rid == '' or envelope_head(env) == rid)
         and redis.call('ZREM', KEYS[4], token) == 1 then
       redis.call('HDEL', KEYS[5], token)
       redis.call('HDEL', KEYS[10], token)

@@ -37,7 +37,7 @@ for i = 2, #ARGV - GUARD_ARGS, 2 do
     redis.call('HDEL', KEYS[7], token)
     if env then
       local q = lane_queue(tonumber(ARGV[i + 1]))
-      local rid, _, _, priority, lane = parse_envelope(env)
+      local rid, _, _, priority, lane = envelope_head(env)
       if rid and guard_before_epoch(g, token) then
         queue_push(keys, q, lane, env, priority, false)
         forgiven = forgiven + 1

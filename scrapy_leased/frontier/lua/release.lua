@@ -28,7 +28,7 @@ for i = 3, #ARGV, 2 do
     local rid, priority, lane
     if env then
       local _a, _e
-      rid, _a, _e, priority, lane = parse_envelope(env)
+      rid, _a, _e, priority, lane = envelope_head(env)
     end
     if rid then
       back[#back + 1] = {rid = tonumber(rid), env = env, priority = priority, lane = lane,
