@@ -135,20 +135,14 @@ local function claim_reply(todo, state, stale, cookies, free, tiers, claims)
     local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
     next_ms = first[2] and tonumber(first[2]) or -1
   end
-  -- the ready lanes spliced in by the constructor (unpack, within UNPACK_MAX: the
-  -- caller's n_ready may be any number), the rest appended with a count (no length
-  -- operator per value)
-  local out = {now, todo, redis.call('ZCARD', KEYS[2]), next_ms, state, feed, stale,
-    cookies, #ready, unpack(ready, 1, math.min(#ready, UNPACK_MAX))}
-  local n = #out
-  for i = UNPACK_MAX + 1, #ready do n = n + 1 out[n] = ready[i] end
-  n = n + 1
-  out[n] = #free
-  for _, lane in ipairs(free) do n = n + 1 out[n] = lane end
-  n = n + 1
-  out[n] = #tiers / 2
-  for _, v in ipairs(tiers) do n = n + 1 out[n] = v end
-  for _, v in ipairs(claims) do n = n + 1 out[n] = v end
+  local out = {now, todo, redis.call('ZCARD', KEYS[2]),
+    next_ms, state, feed, stale, cookies, #ready}
+  for _, lane in ipairs(ready) do out[#out + 1] = lane end
+  out[#out + 1] = #free
+  for _, lane in ipairs(free) do out[#out + 1] = lane end
+  out[#out + 1] = #tiers / 2
+  for _, v in ipairs(tiers) do out[#out + 1] = v end
+  for _, v in ipairs(claims) do out[#out + 1] = v end
   return out
 end
 

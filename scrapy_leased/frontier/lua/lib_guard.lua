@@ -27,7 +27,10 @@
 -- A guarded script's reply starts with {epoch, tokens, rids} as they are after the call.
 
 local GUARD_KEYS, GUARD_ARGS = 4, 4
-local UNPACK_MAX = 4000  -- values unpack() may push (Lua's C stack holds ~8,000)
+-- values unpack() may push (Lua's C stack holds ~8,000): lib_batch.lua's BATCH_ARGS is
+-- the same bound, defined apart as renew.lua has this file without lib_batch.lua and
+-- expired.lua lib_batch.lua without this one
+local UNPACK_MAX = 4000
 local CALL_TTL_MS = 600000
 
 local function int_str(n)
