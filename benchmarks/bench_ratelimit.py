@@ -44,7 +44,7 @@ def gcra(frontier: Frontier):
     budget = Budget(interval_ms=1, burst=1_000_000)  # huge: measure the cost, never wait
 
     async def take(client, host: str) -> None:
-        assert await frontier.acquire(host, budget) == 0
+        assert (await frontier.acquire(host, budget))[0] == 0
     return take
 
 

@@ -48,14 +48,15 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 import redis.asyncio as aioredis  # noqa: E402
 
-from scrapy_leased.fleet import FleetAdmin, Lease, Snapshot  # noqa: E402
-from scrapy_leased.settings import parse_rate  # noqa: E402
 from scrapy_leased._redis.embedded import (  # noqa: E402
     ensure_embedded_redis,
     running_embedded_redis,
     stop_embedded_redis,
 )
+from scrapy_leased.fleet import FleetAdmin, Lease, Snapshot  # noqa: E402
 from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
+from scrapy_leased.ratelimit.stamp import BUDGET_STAMP_ORDER  # noqa: E402
+from scrapy_leased.settings import parse_rate  # noqa: E402
 from scrapy_leased.testing.process import SiteProcess, read_log  # noqa: E402
 
 RENEW_SECONDS = 1.0  # LEASED_RENEW_INTERVAL of the workers (heartbeat)
@@ -63,10 +64,6 @@ POLL_SECONDS = 0.2  # how often the driver reads Redis
 FAST_POLL_SECONDS = 0.01  # ... around the killed worker's lease deadlines
 IDENTIFY_AFTER_MS = int(RENEW_SECONDS * 2000) + 500  # every survivor renewed by then
 MAX_FREEZES = 20  # a frozen victim holding no lease is thawed and frozen again later
-#: The budget is taken when a worker starts a request; the site logs it on arrival.
-#: Requests may bunch up on the way by this much, so a window at the site may hold
-#: this much more of the budget.
-TRANSIT_SECONDS = 0.05
 PRINT_SECONDS = 1.0  # one progress line per second
 
 
@@ -138,6 +135,10 @@ class Demo:
             "LEASED_RENEW_INTERVAL": RENEW_SECONDS,
             "LEASED_LOGSTATS_INTERVAL": 5,
             "CONCURRENT_REQUESTS": self.opts.concurrency,
+            # each request carries when it took its rate budget: the report checks the
+            # budget on those times (Redis's clock), not on arrivals at the site
+            "DOWNLOADER_MIDDLEWARES": json.dumps({
+                "scrapy_leased.ratelimit.stamp.BudgetStampMiddleware": BUDGET_STAMP_ORDER}),
         }
         settings["LEASED_RATE"] = self.opts.rate or ""  # "": no budget
         settings["LEASED_RATE_BURST"] = self.opts.burst
@@ -186,7 +187,7 @@ class Demo:
             await client.aclose()
             if self.started_redis and not opts.keep_redis and self.embedded_dir is not None:
                 stop_embedded_redis(self.embedded_dir)
-                print(f"Stopped the embedded Redis this run started (--keep-redis keeps it).")
+                print("Stopped the embedded Redis this run started (--keep-redis keeps it).")
 
     async def fresh_crawl(self, admin: FleetAdmin) -> None:
         if not await admin.exists():
@@ -346,8 +347,7 @@ class Demo:
         if opts.rate:
             b = parse_rate(opts.rate, opts.burst, "--rate")
             budget = {"rate": opts.rate, "burst": b.burst, "interval_ms": b.interval_ms,
-                      "allowed_in_window": b.burst + int(
-                          (opts.window + TRANSIT_SECONDS) * 1000 // b.interval_ms)}
+                      "allowed_in_window": b.burst + int(opts.window * 1000 // b.interval_ms)}
         checks = {
             "done_exact": final.done == opts.pages,
             "every_page_fetched": len(fetches) == opts.pages,
@@ -357,7 +357,8 @@ class Demo:
             and final.totals.get("recovered", 0) == len(returned),
             "no_page_twice_except_in_flight_at_kill": not unexpected,
             "rate_within_budget": budget is None or all(
-                x["max_in_window"] <= budget["allowed_in_window"] for x in rates.values()),
+                x["unstamped"] == 0 and x["max_taken_in_window"] <= budget["allowed_in_window"]
+                for x in rates.values()),
         }
         report = {
             "pages": opts.pages, "done": final.done, "pages_fetched": len(fetches),
@@ -383,16 +384,25 @@ class Demo:
 
 
 def per_host_rates(entries: list[dict[str, Any]], window: float) -> dict[str, dict[str, Any]]:
-    """Per host (Host header): requests, and the most in any `window`-second and any
-    60-second sliding window of the site's log."""
-    by_host: dict[str, list[float]] = defaultdict(list)
+    """Per host (Host header): requests, the most in any `window`-second and any
+    60-second sliding window by the time they took their budget (Redis time, as the
+    workers' BudgetStamp sent it; ``unstamped``: requests that came without it) and the
+    most in any `window` seconds by their arrival at the site."""
+    arrived: dict[str, list[float]] = defaultdict(list)
+    taken: dict[str, list[float]] = defaultdict(list)
     for e in entries:
-        by_host[e.get("host") or f"{e['server_host']}:{e['port']}"].append(e["t"])
+        host = e.get("host") or f"{e['server_host']}:{e['port']}"
+        arrived[host].append(e["t"])
+        if "budget_taken" in e:
+            taken[host].append(e["budget_taken"] / 1000)
     out = {}
-    for host, times in sorted(by_host.items()):
+    for host, times in sorted(arrived.items()):
         times.sort()
-        out[host] = {"requests": len(times), "max_in_window": _max_in(times, window),
-                     "max_in_60s": _max_in(times, 60.0)}
+        stamped = sorted(taken[host])
+        out[host] = {"requests": len(times), "unstamped": len(times) - len(stamped),
+                     "max_taken_in_window": _max_in(stamped, window),
+                     "max_taken_in_60s": _max_in(stamped, 60.0),
+                     "max_arrived_in_window": _max_in(times, window)}
     return out
 
 
@@ -439,14 +449,21 @@ def print_report(r: dict[str, Any]) -> None:
     if b:
         print(f"[{mark(c['rate_within_budget'])}] the request rate per host never exceeded the "
               f"shared budget of {b['rate']} (burst {b['burst']}): at most {b['burst']} + "
-              f"{r['rate_window_s']:g} s / {b['interval_ms']} ms (+{TRANSIT_SECONDS * 1000:.0f} "
-              f"ms transit) = {b['allowed_in_window']} requests in any {r['rate_window_s']:g} s "
-              f"at the site:")
+              f"{r['rate_window_s']:g} s / {b['interval_ms']} ms = {b['allowed_in_window']} "
+              f"requests started in any {r['rate_window_s']:g} s (by the Redis time each took "
+              f"its budget, sent to the site by the workers):")
+        for host, x in r["rates"].items():
+            missing = f", {x['unstamped']:,} WITHOUT their budget time" if x["unstamped"] else ""
+            print(f"       {host:<22} {x['requests']:>6,} requests, at most "
+                  f"{x['max_taken_in_window']:,} started in any {r['rate_window_s']:g} s "
+                  f"(sliding), {x['max_taken_in_60s']:,} in any 60 s; at most "
+                  f"{x['max_arrived_in_window']:,} arrived at the site in any "
+                  f"{r['rate_window_s']:g} s{missing}")
     else:
-        print("       no budget (--rate ''); highest request rate per host:")
-    for host, x in r["rates"].items():
-        print(f"       {host:<22} {x['requests']:>6,} requests, at most {x['max_in_window']:,} "
-              f"in any {r['rate_window_s']:g} s (sliding), {x['max_in_60s']:,} in any 60 s")
+        print("       no budget (--rate ''); highest request rate per host at the site:")
+        for host, x in r["rates"].items():
+            print(f"       {host:<22} {x['requests']:>6,} requests, at most "
+                  f"{x['max_arrived_in_window']:,} in any {r['rate_window_s']:g} s (sliding)")
     print(f"\n{'All checks passed.' if r['ok'] else 'SOME CHECKS FAILED.'} "
           f"Logs: {r['out']}")
 

@@ -11,7 +11,7 @@ from ._command import exit_if_command_line, runs_plain
 from ._redis.connection import LeasedRedisError, check_reachable
 from .observe.logstats import LeasedLogStats
 from .observe.stats import LeasedFleetStats
-from .ratelimit.middleware import LeasedRateMiddleware
+from .ratelimit.middleware import RATE_MIDDLEWARE_ORDER, LeasedRateMiddleware
 from .settings import LeasedConfig, LeasedConfigError
 from .upsert import UpsertFenceMiddleware, UpsertPipeline
 from .worker.cookies import LeasedCookiesMiddleware
@@ -26,9 +26,6 @@ if TYPE_CHECKING:
 
 #: Next to the engine, so it sees only final download outcomes (after retries).
 FAILURE_MIDDLEWARE_ORDER = 10
-#: Next to the downloader (after robots.txt, retries, redirects and the HTTP cache), so
-#: only requests really about to be sent take rate budget, and it sees raw 429/503.
-RATE_MIDDLEWARE_ORDER = 950
 #: Near the end of the item pipelines: items are stored once the project's own
 #: pipelines have cleaned (or dropped) them.
 UPSERT_PIPELINE_ORDER = 800

@@ -30,6 +30,11 @@ META_NOT_BEFORE = "_leased_not_before"
 #: enforce then; read by
 #: LeasedRateMiddleware (LEASED_RATE_FREE_GRACE).
 META_FREE_SINCE = "_leased_free_since"
+#: ``_leased_budget_taken`` (int, ms of Redis server time, set by LeasedRateMiddleware):
+#: when the request took its lane's rate budget (the moment the fleet-wide guarantee
+#: counts). Set again by each attempt (a retry takes budget again). For observation:
+#: the demo sends it to its test site to check the budget from the requests' start.
+META_BUDGET_TAKEN = "_leased_budget_taken"
 #: ``leased_lane`` (str, set by the user): the request's lane, the key of its rate
 #: budget, instead of its host (LEASED_RATE_KEY). Stored with the request.
 META_LANE = "leased_lane"
@@ -42,8 +47,9 @@ META_REVISIT_AFTER = "leased_revisit_after"
 #: an exact Lua number (a double).
 MAX_REVISIT_MS = 2**52
 
-__all__ = ["MAX_REVISIT_MS", "META_CLAIM", "META_FREE_SINCE", "META_LANE", "META_NOT_BEFORE",
-           "META_REVISIT_AFTER", "PRIVATE_META_PREFIX", "claim_token", "revisit_ms"]
+__all__ = ["MAX_REVISIT_MS", "META_BUDGET_TAKEN", "META_CLAIM", "META_FREE_SINCE", "META_LANE",
+           "META_NOT_BEFORE", "META_REVISIT_AFTER", "PRIVATE_META_PREFIX", "claim_token",
+           "revisit_ms"]
 
 
 def shown(value: Any, limit: int = 100) -> str:

@@ -331,12 +331,13 @@ class Frontier(_Settings):
         keys, args = upkeep.release(self.keys, worker_id, leave, tokens, envs)
         return int(await self._s["release"](keys=keys, args=args))
 
-    async def acquire(self, lane: str, budget: Budget) -> int:
-        """Take one request's worth of the lane's shared budget: 0 when the request may
-        start now, else the milliseconds to wait."""
+    async def acquire(self, lane: str, budget: Budget) -> tuple[int, int]:
+        """Take one request's worth of the lane's shared budget: (wait_ms, now_ms), wait
+        0 when the request may start now (then taken at now_ms, Redis server time), else
+        the milliseconds to wait."""
         keys, args = upkeep.acquire(self.keys, lane, budget, self.half_life_ms)
-        wait, _now = await self._s["acquire"](keys=keys, args=args)
-        return int(wait)
+        wait, now = await self._s["acquire"](keys=keys, args=args)
+        return int(wait), int(now)
 
     async def penalize(self, lane: str, block_ms: int = 0, slow_down: bool = False,
                        crawl_delay_ms: int = -1) -> int:

@@ -36,7 +36,7 @@ from scrapy import Request
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..meta import META_FREE_SINCE, META_NOT_BEFORE
+from ..meta import META_BUDGET_TAKEN, META_FREE_SINCE, META_NOT_BEFORE
 from ..runtime import worker_of
 from ..settings import Budgets, config_for
 from .watch import PenaltyWatch
@@ -44,6 +44,11 @@ from .watch import PenaltyWatch
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
+
+#: Its place in DOWNLOADER_MIDDLEWARES (the add-on sets it): next to the downloader
+#: (after robots.txt, retries, redirects and the HTTP cache), so only requests really
+#: about to be sent take rate budget, and it sees raw 429/503.
+RATE_MIDDLEWARE_ORDER = 950
 
 logger = logging.getLogger(__name__)
 
@@ -162,12 +167,13 @@ class LeasedRateMiddleware:
         frontier = scheduler.frontier
         while True:
             try:
-                wait_ms = await frontier.acquire(lane, budget)
+                wait_ms, now_ms = await frontier.acquire(lane, budget)
             except (RedisError, OSError) as exc:
                 logger.warning("Rate budget unavailable (%(exc)s): %(request)s waits",
                                {"exc": exc, "request": request})
                 wait_ms = 1000
             if wait_ms <= 0:
+                request.meta[META_BUDGET_TAKEN] = now_ms
                 return None
             self.stats.inc_value("leased/budget_waits")
             if scheduler.is_handed(request):

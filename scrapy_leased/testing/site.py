@@ -45,7 +45,9 @@ Every request is logged as a dict::
      "port": <server port>, "server_host": "<bind address>", "status": 200,
      "client_port": <the client's port: one per TCP connection>}
 
-and, for a POST, ``"body"``: the request's body as text.
+and, for a POST, ``"body"``: the request's body as text; for a request carrying an
+``X-Leased-Budget-Taken`` header (sent by scrapy_leased.ratelimit.stamp: when the
+request took its rate budget, ms of Redis time), ``"budget_taken"``: that int.
 
 kept in memory (``Site.log``, a list guarded by a lock) and, if ``log_path``
 is given, appended as one JSON line per request to that file (flushed per
@@ -73,6 +75,9 @@ from .latency import PROFILES, check_profile
 from .latency import page_delay as profile_delay
 from .pages import page_html
 
+#: The header a request's rate-budget time comes in (the name
+#: scrapy_leased.ratelimit.stamp sends; this module imports nothing of scrapy_leased).
+BUDGET_TAKEN_HEADER = "X-Leased-Budget-Taken"
 HOLD_TIMEOUT = 300.0  # the longest a held page waits for Site.release()
 NOT_FOUND = b"<html><head><title>not found</title></head><body>not found</body></html>\n"
 Query = dict[str, list[str]]
@@ -418,6 +423,9 @@ class Site:
             # the client's port: one per TCP connection (benchmarks count connections)
             "client_port": handler.client_address[1],
         }
+        taken = handler.headers.get(BUDGET_TAKEN_HEADER)
+        if taken is not None and taken.isdigit():
+            entry["budget_taken"] = int(taken)
         if handler.body is not None:  # a POST: its body, as text
             entry["body"] = handler.body.decode("utf-8", "replace")
         with self._lock:
