@@ -42,6 +42,12 @@ requests; after a warm-up, one window of ``--window`` seconds is measured:
   process counts its calls of each script in the window);
 * the simulated workers' own CPU (cores), and what other processes used meanwhile.
 
+Beside the frontier, the largest fleet runs ``benchmarks/lua/floor.lua`` instead (the
+floor protocol of ``bench_script_instructions.py --floor``: one call per batch of the
+worker's claim size that acks the last batch, queues its pages' links and claims the
+next, one lease per batch, no guard, lanes, tiers, rate or checks), the same links and
+latency: the pages per Redis CPU-second any protocol of one call per batch is held to.
+
 The ceiling of the same redis-server for a trivial script (``return 1`` by EVALSHA) is
 measured in the same run, twice: with ``redis-benchmark`` (C clients, no pipelining:
 what the server can do) and with the same Python fleet (what these clients can push).
@@ -87,6 +93,12 @@ SWEEP_S = 2.0
 IDLE_POLL_S = 0.2
 LEASE_MS = 30_000
 TRIVIAL = "return 1"
+#: The floor protocol (bench_script_instructions.py --floor): one script per batch that
+#: acks, queues what is new and claims, with none of the frontier's guarantees beyond a
+#: lease per batch. Its fleet (mode "floor") is the yardstick of pages per Redis
+#: CPU-second: what any protocol of one call per batch costs this Redis.
+FLOOR_LUA = REPO_ROOT / "benchmarks" / "lua" / "floor.lua"
+FLOOR_KEYS = [f"floor:{k}" for k in ("queue", "leases", "inflight", "done", "rids", "stats")]
 LUA_DIR = REPO_ROOT / "scrapy_leased" / "frontier" / "lua"
 _CALL_RE = re.compile(r"(?:redis\.p?call\(|batch_call\(|pcall\(redis\.call,)\s*'([A-Za-z]+)'")
 
@@ -269,6 +281,46 @@ class SimWorker:
                 await self.frontier.recover()
                 await self.frontier.hash_hot_keys()  # as the workers' sweep does
 
+    async def floor_loop(self, stop: asyncio.Event) -> None:
+        """floor.lua in a loop: each call acks the batch the last one claimed, queues its
+        pages' links (LINKS_NEW new, LINKS_DUP seed URLs) and claims the next batch of
+        the worker's claim size; then the batch is "downloaded" (one draw of the
+        latency: its pages in parallel), or the worker waits IDLE_POLL_S when the call
+        claimed nothing."""
+        from scrapy_leased.worker._claimsize import ClaimSizer
+
+        script = counted(self.window, "floor",
+                         self.frontier.client.register_script(FLOOR_LUA.read_text()))
+        batch = ClaimSizer(CONCURRENCY).batch
+        token: Any = ""
+        rids: list[bytes] = []
+        links: list[Any] = []
+        lo, hi = self.latency
+        rng = self.rng
+        while not stop.is_set():
+            keys, args = list(FLOOR_KEYS), []
+            for req in links:
+                keys.append(f"floor:seen:{req.bucket}")
+                args += [len(keys), req.member, req.payload]
+            token, envs = await script(keys=keys, args=[batch, token, len(rids), len(links),
+                                                        *rids, *args])
+            if self.window.inside():
+                self.window.counts["pages"] += len(rids)
+                self.window.counts["claimed"] += len(envs)
+            rids, links = [env.split(b"|", 1)[0] for env in envs], []
+            for rid in rids:
+                page = f"https://{host(rng.randrange(self.hosts))}/p/{rid.decode()}"
+                for _ in range(LINKS_NEW):
+                    self.n += 1
+                    lane = host(rng.randrange(self.hosts))
+                    links.append(new_request(f"https://{lane}/p/{self.wid}.{self.n}", page,
+                                             lane))
+                links += [self.pool[rng.randrange(len(self.pool))] for _ in range(LINKS_DUP)]
+            if not envs:
+                await _sleep_or_stop(stop, IDLE_POLL_S)
+            elif hi > 0:
+                await _sleep_or_stop(stop, rng.uniform(lo, hi) / 1000)
+
     async def trivial_loop(self, stop: asyncio.Event) -> None:
         script = self.frontier.client.register_script(TRIVIAL)
         while not stop.is_set():
@@ -308,6 +360,8 @@ async def child(cfg: dict[str, Any]) -> dict[str, Any]:
     for w in workers:
         if cfg["mode"] == "trivial":
             tasks.append(asyncio.ensure_future(w.trivial_loop(stop)))
+        elif cfg["mode"] == "floor":
+            tasks.append(asyncio.ensure_future(w.floor_loop(stop)))
         else:
             tasks += [asyncio.ensure_future(t) for t in
                       (w.claim_loop(stop), w.renew_loop(stop), w.sweep_loop(stop))]
@@ -375,6 +429,21 @@ def seed(url: str, n: int, hosts: int) -> None:
     asyncio.run(go())
 
 
+def seed_floor(url: str, n: int, hosts: int) -> None:
+    """floor.lua's keys: the seed requests queued (envelopes of rids 1..n) and seen."""
+    import redis
+
+    r = redis.Redis.from_url(url)
+    reqs = seed_requests(n, hosts)
+    pipe = r.pipeline(transaction=False)
+    for i, req in enumerate(reqs):
+        pipe.sadd(f"floor:seen:{req.bucket}", req.member)
+        pipe.rpush("floor:queue", f"{i + 1}|0|0|0||{req.payload}")
+    pipe.set("floor:rids", n)
+    pipe.execute()
+    r.close()
+
+
 HARNESS_CALLS = {"info": 2, "hget": 2}  # the harness's own commands inside the window
 
 
@@ -389,7 +458,9 @@ def run_fleet(srv: Any, procs: int, workers: int, latency: tuple[float, float], 
     r.config_set("slowlog-log-slower-than", -1)
     if mode == "frontier":
         seed(srv.url, seeds, hosts)
-    stats_key = CrawlKeys(CRAWL_ID).stats
+    elif mode == "floor":
+        seed_floor(srv.url, seeds, hosts)
+    stats_key = "floor:stats" if mode == "floor" else CrawlKeys(CRAWL_ID).stats
     per = [workers // procs + (1 if k < workers % procs else 0) for k in range(procs)]
     start_at = time.time() + 2.0  # the children import and connect meanwhile
     ws, we = start_at + warmup, start_at + warmup + window
@@ -446,7 +517,7 @@ def run_fleet(srv: Any, procs: int, workers: int, latency: tuple[float, float], 
     for x in reports:
         counts.update(x["counts"])
         script_calls.update(x["calls"])
-    pages = acked1 - acked0 if mode == "frontier" else counts["trivial"]
+    pages = counts["trivial"] if mode == "trivial" else acked1 - acked0
     return {"mode": mode, "procs": len(children), "workers": workers, "latency": latency,
             "window_s": span, "pages": pages, "pages_per_s": pages / span,
             "redis_cpu_s": redis_s, "redis_cores": redis_s / span,
@@ -692,6 +763,16 @@ def measure(fleets: list[int], procs: int, latency: tuple[float, float], hosts: 
                 f"{res['per_page']['pages_per_redis_cpu_s'] or 0:,.0f} pages per Redis CPU-s, "
                 f"{res['per_page']['sent']:.2f} round trips/page")
         w = fleets[-1]
+        res = run_fleet(srv, min(procs, w), w, latency, hosts, seeds, window, mode="floor")
+        pp = per_page(res)
+        out["floor"] = {"workers": w, "pages_per_s": res["pages_per_s"],
+                        "redis_cores": res["redis_cores"], "client_cores": res["client_cores"],
+                        "served_share": pp["served_share"],
+                        "pages_per_redis_cpu_s": pp["pages_per_redis_cpu_s"],
+                        "commands": pp["commands"], "sent": pp["sent"],
+                        "claimed_per_call": (res["counts"].get("claimed", 0)
+                                             / res["script_calls"].get("floor", 1))}
+        log(f"floor.lua, fleet of {w}: {out['floor']}")
         res = run_fleet(srv, min(procs, w), w, latency, hosts, seeds, window, mode="trivial")
         out["trivial_python"] = {"workers": w, "calls_per_s": res["pages_per_s"],
                                  "redis_cores": res["redis_cores"],
@@ -723,6 +804,16 @@ def cost_report(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {r['case']} | {r['calls']:,} | {r['us_per_call']:.1f} | "
                      f"{above:.1f} | {per} |")
     return lines
+
+
+def floor_line(fl: dict[str, Any]) -> str:
+    """A sentence on the floor.lua fleet (measure()'s ``floor``)."""
+    return (f"floor.lua (one call per batch: acks, links, claim; no guarantee beyond a "
+            f"lease per batch), fleet of {fl['workers']}: {fl['pages_per_s']:,.0f} pages/s, "
+            f"Redis {fl['redis_cores']:.2f} cores, {fl['pages_per_redis_cpu_s'] or 0:,.0f} "
+            f"pages per Redis CPU-second, {fl['commands']:.1f} commands and "
+            f"{fl['sent']:.2f} round trips per page, {fl['claimed_per_call']:.1f} requests "
+            f"claimed per call.")
 
 
 def report(out: dict[str, Any]) -> list[str]:
@@ -781,6 +872,7 @@ def main() -> int:
     out = measure(fleets, ns.procs, lat, ns.hosts, ns.seeds, window, ns.profile, ns.busy,
                   ns.one_host, log=lambda m: print(m, file=sys.stderr))
     print("\n".join(report(out)))
+    print("\n" + floor_line(out["floor"]))
     if "profile" in out:
         print(json.dumps(out["profile"], indent=1))
     if ns.json:
