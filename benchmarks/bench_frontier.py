@@ -45,8 +45,9 @@ requests; after a warm-up, one window of ``--window`` seconds is measured:
 Beside the frontier, the largest fleet runs ``benchmarks/lua/floor.lua`` instead (the
 floor protocol of ``bench_script_instructions.py --floor``: one call per batch of the
 worker's claim size that acks the last batch, queues its pages' links and claims the
-next, one lease per batch, no guard, lanes, tiers, rate or checks), the same links and
-latency: the pages per Redis CPU-second any protocol of one call per batch is held to.
+next, one lease per batch, no guard, lanes, tiers, rate or checks; two such batches in
+flight per worker: 16 pages, as the frontier's 16 slots), the same links and latency:
+the pages per Redis CPU-second any protocol of one call per batch is held to.
 
 The ceiling of the same redis-server for a trivial script (``return 1`` by EVALSHA) is
 measured in the same run, twice: with ``redis-benchmark`` (C clients, no pipelining:
@@ -285,8 +286,9 @@ class SimWorker:
         """floor.lua in a loop: each call acks the batch the last one claimed, queues its
         pages' links (LINKS_NEW new, LINKS_DUP seed URLs) and claims the next batch of
         the worker's claim size; then the batch is "downloaded" (one draw of the
-        latency: its pages in parallel), or the worker waits IDLE_POLL_S when the call
-        claimed nothing."""
+        latency: its pages in parallel), or the loop waits IDLE_POLL_S when the call
+        claimed nothing. A worker runs CONCURRENCY / batch such loops (child()), so that
+        it has as many pages in flight as the frontier's workers."""
         from scrapy_leased.worker._claimsize import ClaimSizer
 
         script = counted(self.window, "floor",
@@ -342,6 +344,8 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
 
 async def child(cfg: dict[str, Any]) -> dict[str, Any]:
     """One process of the fleet: cfg['workers'] simulated workers."""
+    from scrapy_leased.worker._claimsize import ClaimSizer
+
     window = Window(cfg["window_start"], cfg["window_end"])
     pool = seed_requests(cfg["seeds"], cfg["hosts"])
     workers = [SimWorker(cfg["url"], f"sim{cfg['proc']}-{w}", window,
@@ -360,8 +364,10 @@ async def child(cfg: dict[str, Any]) -> dict[str, Any]:
     for w in workers:
         if cfg["mode"] == "trivial":
             tasks.append(asyncio.ensure_future(w.trivial_loop(stop)))
-        elif cfg["mode"] == "floor":
-            tasks.append(asyncio.ensure_future(w.floor_loop(stop)))
+        elif cfg["mode"] == "floor":  # CONCURRENCY pages in flight, as the frontier's
+            batch = ClaimSizer(CONCURRENCY).batch
+            tasks += [asyncio.ensure_future(w.floor_loop(stop))
+                      for _ in range(max(1, CONCURRENCY // batch))]
         else:
             tasks += [asyncio.ensure_future(t) for t in
                       (w.claim_loop(stop), w.renew_loop(stop), w.sweep_loop(stop))]
