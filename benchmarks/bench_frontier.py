@@ -124,6 +124,18 @@ def host(i: int) -> str:
     return f"host{i}.example.com"
 
 
+def page_links(rng: random.Random, lane: str, referer: str, url_of: Any, pool: list[Any],
+               hosts: int) -> list[Any]:
+    """A page's links as the simulated workers send them: LINKS_NEW new URLs (the first
+    two on the page's lane, the others on a random one of ``hosts``; ``url_of(lane)``
+    names each), then LINKS_DUP seed URLs of ``pool`` (duplicates)."""
+    out = []
+    for k in range(LINKS_NEW):
+        to = lane if k < 2 else host(rng.randrange(hosts))
+        out.append(new_request(url_of(to), referer, to))
+    return out + [pool[rng.randrange(len(pool))] for _ in range(LINKS_DUP)]
+
+
 def seed_requests(n: int, hosts: int) -> list[Any]:
     """The seed URLs: queued before a run, and the duplicates every page links to."""
     return [new_request(f"https://{host(i % hosts)}/p/s{i}", f"https://{host(i % hosts)}/",
@@ -250,15 +262,9 @@ class SimWorker:
     def _page_done(self, token: int, env: Any) -> None:
         if self.stopped:
             return  # after the run: its lease just expires (the next run flushes Redis)
-        page = f"https://{env.lane}/p/{env.rid}"
-        rng = self.rng
-        for k in range(LINKS_NEW):
-            self.n += 1
-            lane = env.lane if k < 2 else host(rng.randrange(self.hosts))
-            self.writer.add_request(new_request(f"https://{lane}/p/{self.wid}.{self.n}", page,
-                                                lane), None)
-        for _ in range(LINKS_DUP):
-            self.writer.add_request(self.pool[rng.randrange(len(self.pool))], None)
+        for link in page_links(self.rng, env.lane, f"https://{env.lane}/p/{env.rid}",
+                               self._new_url, self.pool, self.hosts):
+            self.writer.add_request(link, None)
         self.writer.add_ack(token, env.rid)
         self.held.discard(token)
         self.downloading -= 1
@@ -266,6 +272,10 @@ class SimWorker:
             self.window.counts["pages"] += 1
         self._start()
         self.kick.set()
+
+    def _new_url(self, lane: str) -> str:
+        self.n += 1
+        return f"https://{lane}/p/{self.wid}.{self.n}"
 
     async def renew_loop(self, stop: asyncio.Event) -> None:
         info = json.dumps({"host": "sim", "pid": os.getpid(), "started": time.time(),
@@ -282,18 +292,15 @@ class SimWorker:
                 await self.frontier.recover()
                 await self.frontier.hash_hot_keys()  # as the workers' sweep does
 
-    async def floor_loop(self, stop: asyncio.Event) -> None:
+    async def floor_loop(self, stop: asyncio.Event, batch: int) -> None:
         """floor.lua in a loop: each call acks the batch the last one claimed, queues its
         pages' links (LINKS_NEW new, LINKS_DUP seed URLs) and claims the next batch of
-        the worker's claim size; then the batch is "downloaded" (one draw of the
+        ``batch`` (the worker's claim size); then the batch is "downloaded" (one draw of the
         latency: its pages in parallel), or the loop waits IDLE_POLL_S when the call
         claimed nothing. A worker runs CONCURRENCY / batch such loops (child()), so that
         it has as many pages in flight as the frontier's workers."""
-        from scrapy_leased.worker._claimsize import ClaimSizer
-
         script = counted(self.window, "floor",
                          self.frontier.client.register_script(FLOOR_LUA.read_text()))
-        batch = ClaimSizer(CONCURRENCY).batch
         token: Any = ""
         rids: list[bytes] = []
         links: list[Any] = []
@@ -310,14 +317,10 @@ class SimWorker:
                 self.window.counts["pages"] += len(rids)
                 self.window.counts["claimed"] += len(envs)
             rids, links = [env.split(b"|", 1)[0] for env in envs], []
-            for rid in rids:
-                page = f"https://{host(rng.randrange(self.hosts))}/p/{rid.decode()}"
-                for _ in range(LINKS_NEW):
-                    self.n += 1
-                    lane = host(rng.randrange(self.hosts))
-                    links.append(new_request(f"https://{lane}/p/{self.wid}.{self.n}", page,
-                                             lane))
-                links += [self.pool[rng.randrange(len(self.pool))] for _ in range(LINKS_DUP)]
+            for rid in rids:  # floor envelopes name no lane: the page's is drawn
+                lane = host(rng.randrange(self.hosts))
+                links += page_links(rng, lane, f"https://{lane}/p/{rid.decode()}",
+                                    self._new_url, self.pool, self.hosts)
             if not envs:
                 await _sleep_or_stop(stop, IDLE_POLL_S)
             elif hi > 0:
@@ -366,7 +369,7 @@ async def child(cfg: dict[str, Any]) -> dict[str, Any]:
             tasks.append(asyncio.ensure_future(w.trivial_loop(stop)))
         elif cfg["mode"] == "floor":  # CONCURRENCY pages in flight, as the frontier's
             batch = ClaimSizer(CONCURRENCY).batch
-            tasks += [asyncio.ensure_future(w.floor_loop(stop))
+            tasks += [asyncio.ensure_future(w.floor_loop(stop, batch))
                       for _ in range(max(1, CONCURRENCY // batch))]
         else:
             tasks += [asyncio.ensure_future(t) for t in
@@ -608,13 +611,12 @@ def script_costs(srv: Any, calls: int = 2000, log: Any = print) -> list[dict[str
         rng = random.Random(7)
         counter = [0]
 
+        def new_url(lane: str) -> str:
+            counter[0] += 1
+            return f"https://{lane}/p/c{counter[0]}"
+
         def links(env: Any) -> list[Any]:
-            out = []
-            for k in range(LINKS_NEW):
-                counter[0] += 1
-                lane = env.lane if k < 2 else host(rng.randrange(hosts))
-                out.append(new_request(f"https://{lane}/p/c{counter[0]}", "https://x/", lane))
-            return out + [pool[rng.randrange(len(pool))] for _ in range(LINKS_DUP)]
+            return page_links(rng, env.lane, "https://x/", new_url, pool, hosts)
 
         async def timed(label: str, n: int, call: Any, per_call_pages: float) -> None:
             c = srv.client()

@@ -55,7 +55,7 @@ from scrapy_leased._redis.embedded import (  # noqa: E402
 )
 from scrapy_leased.fleet import FleetAdmin, Lease, Snapshot  # noqa: E402
 from scrapy_leased.frontier.keys import CrawlKeys  # noqa: E402
-from scrapy_leased.ratelimit.stamp import BUDGET_STAMP_ORDER  # noqa: E402
+from scrapy_leased.ratelimit.stamp import BUDGET_STAMP_MIDDLEWARES  # noqa: E402
 from scrapy_leased.settings import parse_rate  # noqa: E402
 from scrapy_leased.testing.process import SiteProcess, read_log  # noqa: E402
 
@@ -137,8 +137,7 @@ class Demo:
             "CONCURRENT_REQUESTS": self.opts.concurrency,
             # each request carries when it took its rate budget: the report checks the
             # budget on those times (Redis's clock), not on arrivals at the site
-            "DOWNLOADER_MIDDLEWARES": json.dumps({
-                "scrapy_leased.ratelimit.stamp.BudgetStampMiddleware": BUDGET_STAMP_ORDER}),
+            "DOWNLOADER_MIDDLEWARES": json.dumps(BUDGET_STAMP_MIDDLEWARES),
         }
         settings["LEASED_RATE"] = self.opts.rate or ""  # "": no budget
         settings["LEASED_RATE_BURST"] = self.opts.burst

@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 
 from scrapy_leased.frontier.keys import CrawlKeys
-from scrapy_leased.ratelimit.stamp import BUDGET_STAMP_ORDER, BUDGET_TAKEN_HEADER
+from scrapy_leased.ratelimit.stamp import BUDGET_STAMP_MIDDLEWARES, BUDGET_TAKEN_HEADER
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 WAIT = 180
@@ -27,8 +27,7 @@ STRAGGLER_SLACK_S = 1.5
 # Each request carries the Redis time it took its budget (BudgetStampMiddleware), and
 # the site logs it: the budget is checked on those times, the clock it is kept on.
 # Arrivals at the site trail them by a transit time a loaded machine stretches.
-STAMPED = {"DOWNLOADER_MIDDLEWARES": {
-    "scrapy_leased.ratelimit.stamp.BudgetStampMiddleware": BUDGET_STAMP_ORDER}}
+STAMPED = {"DOWNLOADER_MIDDLEWARES": BUDGET_STAMP_MIDDLEWARES}
 
 
 def taken_by_host(entries) -> dict[str, list[float]]:

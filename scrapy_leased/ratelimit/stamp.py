@@ -32,3 +32,7 @@ class BudgetStampMiddleware:
         taken = request.meta.get(META_BUDGET_TAKEN)
         if taken is not None:
             request.headers[BUDGET_TAKEN_HEADER] = str(taken)
+
+
+#: The DOWNLOADER_MIDDLEWARES entry that turns it on (the demo's workers, the rate tests).
+BUDGET_STAMP_MIDDLEWARES = {f"{__name__}.{BudgetStampMiddleware.__name__}": BUDGET_STAMP_ORDER}
