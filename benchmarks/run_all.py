@@ -34,7 +34,10 @@ Sections (``--only`` names; all but ``e2e_defaults`` by default):
 * ``frontier``: the frontier at fleet scale, simulated workers without HTTP against one
   Redis: pages/s, Redis CPU per page, commands and round trips per page, beside the
   trivial-script ceiling of the same Redis, and where the scripts spend
-  (``bench_frontier.py``).
+  (``bench_frontier.py``);
+* ``shards``: one crawl over 1, 2, 4 and 8 Redis masters, simulated as ``frontier`` is:
+  Redis CPU per page against one shard's and each master's share
+  (``bench_shards.py``: the sharding design of issue 26, measured before it is built).
 
 Timed cases are repeated (``--reps``, in rotating order so a change of machine load
 hits every case alike) and reported as median (min-max), with ratios of medians.
@@ -83,7 +86,7 @@ SETUP_NAMES = {"plain": "plain Scrapy", "scrapy_redis": "scrapy-redis",
                "leased": "scrapy_leased (upsert pipeline off)",
                "leased_defaults": "scrapy_leased at its defaults"}
 SECTIONS = ("scheduler", "memory", "memory_prio", "e2e", "e2e_defaults", "latency", "spread",
-            "frontier", "worker_instr", "redis_instr")
+            "frontier", "worker_instr", "redis_instr", "shards")
 SCHEDULERS = [("scrapy", "Scrapy default (in memory)"), ("scrapy_redis", "scrapy-redis"),
               ("leased", "scrapy_leased")]
 
@@ -898,14 +901,52 @@ def section_targets_12(lat: dict | None, spread: dict | None, e: dict | None,
     emit()
 
 
+def section_shards(quick: bool, reps: int, raw: dict) -> dict:
+    import bench_shards as bs
+
+    open_section("## 10. One crawl over several Redis masters (the sharding design, "
+                 "simulated)")
+    counts = [1, 4] if quick else [1, 2, 4, 8]
+    window, seeds, workers, hosts = (4.0, 5_000, 8, 64) if quick else (12.0, 20_000, 16, 64)
+    latency = (50.0, 150.0)
+    wait_quiet()
+    t0 = time.monotonic()
+    rows, runs = bs.measure(counts, reps, workers, 3, latency, hosts, seeds, window,
+                            log=note)
+    emit(f"Load average after: {load()} ({time.monotonic() - t0:.0f} s)")
+    emit()
+    raw["shards"] = runs
+    emit(f"`benchmarks/bench_shards.py`: {workers} simulated workers (section 7's: 16 "
+         f"download slots, {latency[0]:.0f}-{latency[1]:.0f} ms a page, 10 links a page) "
+         f"crawl {hosts} hosts spread by a hash of the host over S redis-servers (the "
+         f"masters), each holding an unchanged frontier of its hosts; a worker claims from "
+         f"the shards in turn, sends each link to its host's shard and acks a page in its "
+         f"own shard once its links are committed in the others; renewals per shard, the "
+         f"sweep one shard a tick. More than one shard: the commit writers linger "
+         f"{bs.SHARDED_LINGER} s (the scheduler's: 0.05). The sharding itself "
+         f"(`LEASED_SHARDS`) is not built: this measures its design. Medians of {reps} "
+         f"interleaved repetitions by Redis µs per page (Redis CPU of all masters over the "
+         f"{window:.0f} s window / pages acked in all shards):")
+    emit()
+    for line in bs.report(rows):
+        emit(line)
+    emit()
+    base = rows[0]["redis_us_per_page"] or 0.0
+    return {"rows": rows,
+            "ratio": {r["shards"]: (r["redis_us_per_page"] or 0.0) / base if base else None
+                      for r in rows},
+            "max_share": {r["shards"]: max(r["cpu_share"]) for r in rows}}
+
+
 # -- issue #26 targets -----------------------------------------------------------------
 
 
 def section_targets_26(lat: dict | None, e: dict | None, wi: dict | None,
-                       ri: dict | None = None, fr: dict | None = None) -> None:
+                       ri: dict | None = None, fr: dict | None = None,
+                       sh: dict | None = None) -> None:
     """The lines of issue #26 this run measures, read off sections 3, 5, 8, 9 and the
     fleet simulation."""
-    if not (lat or e or wi or ri or fr):
+    if not (lat or e or wi or ri or fr or sh):
         return
     emit("## Targets of issue #26")
     emit()
@@ -956,10 +997,18 @@ def section_targets_26(lat: dict | None, e: dict | None, wi: dict | None,
             v = e["pps"][("leased_defaults", 2)] / ctl
             row("CPU-bound site: 2 workers >= 0.95x of 2 independent plain crawls",
                 f"{v:.3f}x", v >= 0.95)
+    if sh and 4 in sh["ratio"]:
+        v, share = sh["ratio"][4], sh["max_share"][4]
+        row("Sharding: 4 shards, Redis CPU per page <= 1.15x one shard's and no master's "
+            "share above 30 %, 64 hosts (section 10: the design simulated, LEASED_SHARDS "
+            "not built)", f"{v:.2f}x, largest share {100 * share:.0f} % (the design "
+            f"{'within' if v <= 1.15 and share <= 0.30 else 'outside'} the bounds)", False)
     emit()
-    emit("Not measured here: sharding (item 2)" + ("" if ri else "; the Redis "
+    emit("Not measured here: the sharded cluster crawl with a master killed (item 2, not "
+         "built)" + ("" if ri else "; the Redis "
          "instructions per page: section `redis_instr`") + ("" if fr else "; the fleet "
-         "simulation: section `frontier`") + ".")
+         "simulation: section `frontier`") + ("" if sh else "; the sharded simulation: "
+         "section `shards`") + ".")
     emit()
 
 
@@ -1112,11 +1161,12 @@ def main() -> int:
         fr = timed("frontier", lambda: section_frontier(ns.quick, raw))
         wi = timed("worker_instr", lambda: section_worker_instr(ns.quick, raw))
         ri = timed("redis_instr", lambda: section_redis_instr(ns.quick, raw))
+        sh = timed("shards", lambda: section_shards(ns.quick, reps, raw))
         if ns.profile:
             section_profile(pages, redis, nodelay=not ns.stock_site)
         section_targets(s, m, e if e and ("leased", 1) in e["pps"] else None)
         section_targets_12(lat, spread, e, fr, mp)
-        section_targets_26(lat, e, wi, ri, fr)
+        section_targets_26(lat, e, wi, ri, fr, sh)
         emit("Time per section: " + ", ".join(f"`{k}` {v:.0f} s" for k, v in took.items())
              + ".")
         emit()
