@@ -19,11 +19,11 @@ shard:
   after, so a worker dying in between only makes the parent be processed again;
 * renewals run per shard (each shard's leases), the sweep of expired leases visits one
   shard a tick, in turn;
-* with more than one shard, the writers linger ``--linger`` seconds (``SHARDED_LINGER``,
-  0.2) instead of the scheduler's 0.05: see there.
+* the commit writers linger ``--linger`` seconds a shard (``LINGER_PER_SHARD``, 0.05:
+  the scheduler's), S times that in all: see there.
 
-One shard runs the same code at the scheduler's linger (every link in the parent's
-shard, acked at once): the baseline, today's cost. ``--reps`` repeats the shard counts
+One shard runs the same code (every link in the parent's shard, acked at once, the
+scheduler's linger): the baseline, today's cost. ``--reps`` repeats the shard counts
 interleaved and keeps each one's median. For each S, one window: Redis CPU (``INFO
 cpu`` of every server) per page acked (the sum of the shards' ``acked``), the ratio to
 one shard's, and each master's share of the Redis CPU and of the pages acked. Each
@@ -48,11 +48,13 @@ from typing import Any
 
 import bench_frontier as bf  # puts the repository on sys.path
 
-#: The commit writers' linger with more than one shard (seconds): a page's links spread
-#: over the shards, so each shard's writer gets a few of them per page. At the
-#: scheduler's 0.05 s, 4 shards made 0.43 commit calls a page against one shard's 0.15
-#: (1.56x one shard's Redis CPU per page, one run, 2026-12-07); at 0.2 s, 0.16.
-SHARDED_LINGER = 0.2
+#: The commit writers' linger per shard (seconds): S shards linger S times this. A page's
+#: links spread over the shards, so each shard's writer gets a few of them per page and
+#: commits about as often as one shard's would: at the scheduler's 0.05 s for all, 4
+#: shards made 0.43 commit calls a page against one shard's 0.15 (1.56x one shard's Redis
+#: CPU per page, one run, 2026-12-07); at 0.2 s, 0.16 (1.05x, medians of 5), while 8
+#: shards at 0.2 s made 0.27 (1.25x).
+LINGER_PER_SHARD = 0.05
 
 
 def shard_of(lane: str, shards: int) -> int:
@@ -415,15 +417,15 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
 
 def measure(counts: list[int], reps: int, workers: int, procs: int,
             latency: tuple[float, float], hosts: int, seeds: int, window: float,
-            linger: float = SHARDED_LINGER, log: Any = print
+            linger: float = LINGER_PER_SHARD, log: Any = print
             ) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
-    """Each shard count of ``counts`` ``reps`` times, interleaved (more than one shard at
+    """Each shard count of ``counts`` ``reps`` times, interleaved (S shards lingering S x
     ``linger``): each one's median run (by Redis µs per page), and all runs."""
     runs: dict[int, list[dict[str, Any]]] = {s: [] for s in counts}
     for _ in range(reps):
         for s in counts:
             r = run_sharded(s, min(procs, workers), workers, latency, hosts, seeds, window,
-                            linger=linger if s > 1 else None)
+                            linger=linger * s)
             runs[s].append(r)
             log(f"{s} shards: {r['pages_per_s']:,.0f} pages/s, "
                 f"{r['redis_us_per_page'] or 0:.1f} Redis µs/page, CPU shares "
@@ -449,9 +451,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=1,
                     help="repetitions, interleaved; the table shows each shard count's "
                     "median by Redis µs per page")
-    ap.add_argument("--linger", type=float, default=SHARDED_LINGER,
-                    help="the commit writers' linger with more than one shard, seconds "
-                    "(one shard: the scheduler's, LINGER_SECONDS)")
+    ap.add_argument("--linger", type=float, default=LINGER_PER_SHARD,
+                    help="the commit writers' linger per shard, seconds (S shards: S times "
+                    "this; default the scheduler's LINGER_SECONDS)")
     ap.add_argument("--json", default=None)
     ns = ap.parse_args()
     if ns.child:

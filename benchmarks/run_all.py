@@ -922,8 +922,8 @@ def section_shards(quick: bool, reps: int, raw: dict) -> dict:
          f"masters), each holding an unchanged frontier of its hosts; a worker claims from "
          f"the shards in turn, sends each link to its host's shard and acks a page in its "
          f"own shard once its links are committed in the others; renewals per shard, the "
-         f"sweep one shard a tick. More than one shard: the commit writers linger "
-         f"{bs.SHARDED_LINGER} s (the scheduler's: 0.05). The sharding itself "
+         f"sweep one shard a tick; the commit writers linger {bs.LINGER_PER_SHARD} s a "
+         f"shard (one shard: the scheduler's linger). The sharding itself "
          f"(`LEASED_SHARDS`) is not built: this measures its design. Medians of {reps} "
          f"interleaved repetitions by Redis µs per page (Redis CPU of all masters over the "
          f"{window:.0f} s window / pages acked in all shards):")
