@@ -165,24 +165,44 @@ def counted(window: Window, name: str, script: Any) -> Any:
     return call
 
 
+def shard_of(lane: str, shards: int) -> int:
+    """The shard of a host when a crawl is sharded over ``shards`` frontiers
+    (bench_shards.py): the first 8 bytes of its SHA-1, modulo ``shards``."""
+    if shards == 1:
+        return 0
+    return int.from_bytes(hashlib.sha1(lane.encode()).digest()[:8], "big") % shards
+
+
 @dataclass(eq=False)
 class SimWorker:
-    """One simulated worker of ``url``'s frontier: claims, "downloads" (sleeps its
-    ``latency``), commits; its script calls inside ``window`` are counted."""
+    """One simulated worker: claims, "downloads" (sleeps its ``latency``), commits; its
+    script calls inside ``window`` are counted. ``urls``: the frontier of each shard of
+    the crawl (one: an unsharded crawl; several: bench_shards.py, a host belonging to
+    shard ``shard_of``), each with its own ``CommitWriter`` lingering ``linger`` seconds
+    (None: the scheduler's ``LINGER_SECONDS``). With several shards it claims from them
+    in turn (an empty or short reply moves on to the next), sends each link to its
+    host's shard and acks a page in its own shard once every link it yielded to another
+    shard is committed there (the tags of ``CommitWriter.add_request`` come back with
+    the results): children first, so a crash in between re-processes the parent."""
 
-    url: str
+    urls: list[str]
     wid: str
     window: Window
     latency: tuple[float, float]
     hosts: int
     pool: list[Any]
     rng: random.Random
-    unstarted: list[tuple[int, Any]] = field(default_factory=list)
+    linger: float | None = None
+    unstarted: list[tuple[int, int, Any]] = field(default_factory=list)  # (shard, token, env)
     downloading: int = 0
-    held: set[int] = field(default_factory=set)
-    lanes: list[str] = field(default_factory=list)
+    held: list[set[int]] = field(default_factory=list)  # per shard
+    lanes: list[list[str]] = field(default_factory=list)  # per shard: last reported ready
+    #: parent page -> [its shard, token, rid, its links not committed yet]
+    waiting: dict[int, list[int]] = field(default_factory=dict)
     kick: asyncio.Event = field(default_factory=asyncio.Event)
     n: int = 0
+    pages: int = 0
+    turn: int = 0
     stopped: bool = False
 
     def __post_init__(self) -> None:
@@ -192,54 +212,61 @@ class SimWorker:
         from scrapy_leased.frontier.writer import LINGER_SECONDS, CommitWriter
         from scrapy_leased.worker._claimsize import ClaimSizer
 
-        self.frontier = Frontier(make_client(self.url), CrawlKeys(CRAWL_ID), lease_ms=LEASE_MS,
-                                 max_attempts=4)
-        for name, script in list(self.frontier._s.items()):
-            self.frontier._s[name] = counted(self.window, name, script)
-        # the claim call object took the claim script when the frontier was built
-        self.frontier.claims.script = self.frontier._s["claim"]
-        self.writer = CommitWriter(self.frontier, self._on_commit, linger=LINGER_SECONDS)
+        self.frontiers: list[Any] = []
+        self.writers: list[Any] = []
+        for k, url in enumerate(self.urls):
+            f = Frontier(make_client(url), CrawlKeys(CRAWL_ID), lease_ms=LEASE_MS,
+                         max_attempts=4)
+            for name, script in list(f._s.items()):
+                f._s[name] = counted(self.window, name, script)
+            # the claim call object took the claim script when the frontier was built
+            f.claims.script = f._s["claim"]
+            self.frontiers.append(f)
+            self.writers.append(CommitWriter(
+                f, lambda batch, result, k=k: self._on_commit(k, batch, result),
+                linger=LINGER_SECONDS if self.linger is None else self.linger))
+            self.held.append(set())
+            self.lanes.append([])
         self.sizer = ClaimSizer(CONCURRENCY)
 
-    def _on_commit(self, batch: Any, result: Any) -> None:
+    @property
+    def shards(self) -> int:
+        return len(self.urls)
+
+    def _on_commit(self, shard: int, batch: Any, result: Any) -> None:
         if self.window.inside():
             c = self.window.counts
             c["commits"] += 1
             c["links_sent"] += len(result.queued)
             c["links_new"] += sum(result.queued)
             c["acks_committed"] += len(result.acks)
+        for parent in batch.tags:
+            if parent is None:
+                continue
+            w = self.waiting[parent]
+            w[3] -= 1
+            if w[3] == 0:  # every child in Redis: the parent's ack may go
+                del self.waiting[parent]
+                self.writers[w[0]].add_ack(w[1], w[2])
         if any(result.queued):
             self.kick.set()
 
     async def claim_loop(self, stop: asyncio.Event) -> None:
-        from scrapy_leased.frontier import NO_BUDGET
-
-        def named(want: int) -> list[tuple[str, Any]]:
-            return [(lane, NO_BUDGET) for lane in self.lanes[:self.sizer.candidates(want)]]
-
         while not stop.is_set():
-            want = self.sizer.capacity(self.downloading, len(self.unstarted), len(self.held))
+            want = self.sizer.capacity(self.downloading, len(self.unstarted),
+                                       sum(len(h) for h in self.held))
             if self.sizer.worth_claiming(want, len(self.unstarted)):
-                self.writer.flush()
-                asked = named(want)
-                sent = time.monotonic()
-                result = await self.frontier.claim(want, self.wid, asked)
-                self.sizer.claimed(time.monotonic() - sent)
-                if len(result.claims) < want and \
-                        set(result.ready_lanes) - {lane for lane, _ in asked}:
-                    self.lanes = result.ready_lanes
-                    first = result.claims
-                    result = await self.frontier.claim(want - len(first), self.wid,
-                                                       named(want - len(first)))
-                    result.claims = first + result.claims
-                self.lanes = result.ready_lanes
-                if self.window.inside():
-                    self.window.counts["claimed"] += len(result.claims)
-                for token, env in result.claims:
-                    self.held.add(token)
-                    self.unstarted.append((token, env))
+                got_all = False
+                for _ in range(self.shards):  # the next shard in turn
+                    shard = self.turn
+                    self.turn = (self.turn + 1) % self.shards
+                    got = await self._claim(shard, want)
+                    want -= got
+                    got_all = want <= 0
+                    if got:
+                        break
                 self._start()
-                if result.claims and len(result.claims) == want:
+                if got_all:
                     continue
             self.kick.clear()
             timer = asyncio.get_running_loop().call_later(IDLE_POLL_S, self.kick.set)
@@ -248,28 +275,65 @@ class SimWorker:
             finally:
                 timer.cancel()
 
+    async def _claim(self, shard: int, want: int) -> int:
+        """A claim of ``want`` from ``shard``, the commit waiting there sent right before
+        it; one more call for the rest when the reply names ready lanes the first did
+        not (as the scheduler's claim loop). Returns how many were claimed."""
+        from scrapy_leased.frontier import NO_BUDGET
+
+        def named(want: int) -> list[tuple[str, Any]]:
+            return [(lane, NO_BUDGET) for lane in self.lanes[shard][:self.sizer.candidates(want)]]
+
+        f = self.frontiers[shard]
+        self.writers[shard].flush()
+        asked = named(want)
+        sent = time.monotonic()
+        result = await f.claim(want, self.wid, asked)
+        self.sizer.claimed(time.monotonic() - sent)
+        if len(result.claims) < want and \
+                set(result.ready_lanes) - {lane for lane, _ in asked}:
+            self.lanes[shard] = result.ready_lanes
+            first = result.claims
+            result = await f.claim(want - len(first), self.wid, named(want - len(first)))
+            result.claims = first + result.claims
+        self.lanes[shard] = result.ready_lanes
+        if self.window.inside():
+            self.window.counts["claimed"] += len(result.claims)
+        for token, env in result.claims:
+            self.held[shard].add(token)
+            self.unstarted.append((shard, token, env))
+        return len(result.claims)
+
     def _start(self) -> None:
         """Claims waiting to be started take the free download slots."""
         loop = asyncio.get_running_loop()
         lo, hi = self.latency
         while self.unstarted and self.downloading < CONCURRENCY:
-            token, env = self.unstarted.pop(0)
+            shard, token, env = self.unstarted.pop(0)
             self.downloading += 1
             self.sizer.handed_out()
             delay = self.rng.uniform(lo, hi) / 1000 if hi > 0 else 0
-            loop.call_later(delay, self._page_done, token, env)
+            loop.call_later(delay, self._page_done, shard, token, env)
 
-    def _page_done(self, token: int, env: Any) -> None:
+    def _page_done(self, shard: int, token: int, env: Any) -> None:
         if self.stopped:
             return  # after the run: its lease just expires (the next run flushes Redis)
+        self.pages += 1
+        parent, away = self.pages, 0
         for link in page_links(self.rng, env.lane, f"https://{env.lane}/p/{env.rid}",
                                self._new_url, self.pool, self.hosts):
-            self.writer.add_request(link, None)
-        self.writer.add_ack(token, env.rid)
-        self.held.discard(token)
+            to = shard_of(link.lane, self.shards)
+            self.writers[to].add_request(link, None if to == shard else parent)
+            away += to != shard
+        if away:
+            self.waiting[parent] = [shard, token, env.rid, away]
+        else:
+            self.writers[shard].add_ack(token, env.rid)
+        self.held[shard].discard(token)
         self.downloading -= 1
         if self.window.inside():
             self.window.counts["pages"] += 1
+            self.window.counts["links_away"] += away
         self._start()
         self.kick.set()
 
@@ -277,20 +341,24 @@ class SimWorker:
         self.n += 1
         return f"https://{lane}/p/{self.wid}.{self.n}"
 
-    async def renew_loop(self, stop: asyncio.Event) -> None:
+    async def renew_loop(self, stop: asyncio.Event, shard: int = 0) -> None:
         info = json.dumps({"host": "sim", "pid": os.getpid(), "started": time.time(),
                            "inflight": 0, "acked": 0, "capacity": CONCURRENCY})
         while not stop.is_set():
             await _sleep_or_stop(stop, RENEW_S * self.rng.uniform(0.5, 1.0))
             if not stop.is_set():
-                await self.frontier.renew(self.wid, list(self.held), info)
+                await self.frontiers[shard].renew(self.wid, list(self.held[shard]), info)
 
     async def sweep_loop(self, stop: asyncio.Event) -> None:
+        """The scheduler's sweep; with several shards, one shard a tick in turn (each
+        is swept 1 / S as often by a worker: the sweeps cost Redis what one shard's do)."""
+        k = self.rng.randrange(self.shards)
         while not stop.is_set():
             await _sleep_or_stop(stop, SWEEP_S * self.rng.uniform(0.5, 1.0))
             if not stop.is_set():
-                await self.frontier.recover()
-                await self.frontier.hash_hot_keys()  # as the workers' sweep does
+                await self.frontiers[k].recover()
+                await self.frontiers[k].hash_hot_keys()  # as the workers' sweep does
+                k = (k + 1) % self.shards
 
     async def floor_loop(self, stop: asyncio.Event, batch: int) -> None:
         """floor.lua in a loop: each call acks the batch the last one claimed, queues its
@@ -300,7 +368,7 @@ class SimWorker:
         claimed nothing. A worker runs CONCURRENCY / batch such loops (child()), so that
         it has as many pages in flight as the frontier's workers."""
         script = counted(self.window, "floor",
-                         self.frontier.client.register_script(FLOOR_LUA.read_text()))
+                         self.frontiers[0].client.register_script(FLOOR_LUA.read_text()))
         token: Any = ""
         rids: list[bytes] = []
         links: list[Any] = []
@@ -327,15 +395,17 @@ class SimWorker:
                 await _sleep_or_stop(stop, rng.uniform(lo, hi) / 1000)
 
     async def trivial_loop(self, stop: asyncio.Event) -> None:
-        script = self.frontier.client.register_script(TRIVIAL)
+        script = self.frontiers[0].client.register_script(TRIVIAL)
         while not stop.is_set():
             await script()
             if self.window.inside():
                 self.window.counts["trivial"] += 1
 
     async def close(self) -> None:
-        await self.writer.drain(timeout=30)
-        await self.frontier.client.aclose()
+        for writer in self.writers:
+            await writer.drain(timeout=30)
+        for f in self.frontiers:
+            await f.client.aclose()
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
@@ -351,9 +421,9 @@ async def child(cfg: dict[str, Any]) -> dict[str, Any]:
 
     window = Window(cfg["window_start"], cfg["window_end"])
     pool = seed_requests(cfg["seeds"], cfg["hosts"])
-    workers = [SimWorker(cfg["url"], f"sim{cfg['proc']}-{w}", window,
+    workers = [SimWorker(cfg["urls"], f"sim{cfg['proc']}-{w}", window,
                          tuple(cfg["latency"]), cfg["hosts"], pool,
-                         random.Random(cfg["proc"] * 1000 + w))
+                         random.Random(cfg["proc"] * 1000 + w), cfg.get("linger"))
                for w in range(cfg["workers"])]
     loop = asyncio.get_running_loop()
     cpu: dict[str, float] = {}
@@ -372,8 +442,8 @@ async def child(cfg: dict[str, Any]) -> dict[str, Any]:
             tasks += [asyncio.ensure_future(w.floor_loop(stop, batch))
                       for _ in range(max(1, CONCURRENCY // batch))]
         else:
-            tasks += [asyncio.ensure_future(t) for t in
-                      (w.claim_loop(stop), w.renew_loop(stop), w.sweep_loop(stop))]
+            tasks += [asyncio.ensure_future(t) for t in (w.claim_loop(stop), w.sweep_loop(stop))]
+            tasks += [asyncio.ensure_future(w.renew_loop(stop, k)) for k in range(w.shards)]
     await asyncio.sleep(max(0.0, cfg["stop_at"] - time.time()))
     stop.set()
     for w in workers:
@@ -456,6 +526,40 @@ def seed_floor(url: str, n: int, hosts: int) -> None:
 HARNESS_CALLS = {"info": 2, "hget": 2}  # the harness's own commands inside the window
 
 
+def start_fleet(urls: list[str], procs: int, workers: int, latency: tuple[float, float],
+                hosts: int, seeds: int, window: float, warmup: float = 3.0,
+                mode: str = "frontier", linger: float | None = None
+                ) -> tuple[list[subprocess.Popen[str]], float, float]:
+    """``workers`` simulated workers (child()) in ``procs`` processes, on the frontiers
+    of ``urls`` (one per shard); they start in 2 s (import and connect meanwhile) and
+    stop 0.5 s after the window. Returns the processes and the window (time.time())."""
+    per = [workers // procs + (1 if k < workers % procs else 0) for k in range(procs)]
+    start_at = time.time() + 2.0
+    ws, we = start_at + warmup, start_at + warmup + window
+    children = []
+    for k, n in enumerate(per):
+        if not n:
+            continue
+        cfg = {"urls": urls, "proc": k, "workers": n, "latency": list(latency),
+               "hosts": hosts, "seeds": seeds, "mode": mode, "start_at": start_at,
+               "window_start": ws, "window_end": we, "stop_at": we + 0.5, "linger": linger}
+        children.append(subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)],
+            stdout=subprocess.PIPE, text=True))
+    return children, ws, we
+
+
+def fleet_reports(children: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
+    """What each process of start_fleet() reported (child()'s JSON)."""
+    reports = []
+    for p in children:
+        out, _ = p.communicate(timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(f"fleet process failed ({p.returncode}):\n{out[-3000:]}")
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return reports
+
+
 def run_fleet(srv: Any, procs: int, workers: int, latency: tuple[float, float], hosts: int,
               seeds: int, window: float, warmup: float = 3.0, mode: str = "frontier",
               slowlog: bool = False) -> dict[str, Any]:
@@ -470,19 +574,8 @@ def run_fleet(srv: Any, procs: int, workers: int, latency: tuple[float, float], 
     elif mode == "floor":
         seed_floor(srv.url, seeds, hosts)
     stats_key = "floor:stats" if mode == "floor" else CrawlKeys(CRAWL_ID).stats
-    per = [workers // procs + (1 if k < workers % procs else 0) for k in range(procs)]
-    start_at = time.time() + 2.0  # the children import and connect meanwhile
-    ws, we = start_at + warmup, start_at + warmup + window
-    children = []
-    for k, n in enumerate(per):
-        if not n:
-            continue
-        cfg = {"url": srv.url, "proc": k, "workers": n, "latency": list(latency),
-               "hosts": hosts, "seeds": seeds, "mode": mode, "start_at": start_at,
-               "window_start": ws, "window_end": we, "stop_at": we + 0.5}
-        children.append(subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)],
-            stdout=subprocess.PIPE, text=True))
+    children, ws, we = start_fleet([srv.url], procs, workers, latency, hosts, seeds, window,
+                                   warmup, mode)
     time.sleep(max(0.0, ws - time.time()))
     r.config_resetstat()
     cpu0, busy0, t0 = redis_cpu(r), system_busy(), time.time()
@@ -502,12 +595,7 @@ def run_fleet(srv: Any, procs: int, workers: int, latency: tuple[float, float], 
     cpu1, busy1, t1 = redis_cpu(r), system_busy(), time.time()
     acked1 = int(r.hget(stats_key, "acked") or 0)
     calls = commandstats(r)
-    reports = []
-    for p in children:
-        out, _ = p.communicate(timeout=120)
-        if p.returncode != 0:
-            raise RuntimeError(f"fleet process failed ({p.returncode}):\n{out[-3000:]}")
-        reports.append(json.loads(out.strip().splitlines()[-1]))
+    reports = fleet_reports(children)
     queued = int(r.get(CrawlKeys(CRAWL_ID).todo) or 0)
     mem = int(r.info("memory")["used_memory"])
     r.close()

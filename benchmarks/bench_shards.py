@@ -6,9 +6,9 @@ load spreads. The simulation of issue 26 item 2, before the feature exists.
 The design measured: a crawl of S shards is S frontiers of today's kind (the same
 scripts, keys and guarantees), each on its own hash tag, here each on its own
 redis-server (a Redis Cluster master); a host (lane) belongs to shard
-``shard_of(host, S)``. A simulated worker (bench_frontier.py's, same links, latency,
-claim sizing, renewals and sweeps) holds one ``Frontier`` and one ``CommitWriter`` per
-shard:
+``bench_frontier.shard_of(host, S)``. A simulated worker (``bench_frontier.SimWorker``:
+same links, latency, claim sizing, renewals and sweeps as the fleet simulation's) holds
+one ``Frontier`` and one ``CommitWriter`` per shard:
 
 * it claims from the shards in turn (each claim sized as the scheduler sizes one, from
   the lanes that shard last reported ready; an empty reply moves on to the next shard),
@@ -35,14 +35,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
-import os
-import random
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,240 +52,6 @@ import bench_frontier as bf  # puts the repository on sys.path
 LINGER_PER_SHARD = 0.05
 
 
-def shard_of(lane: str, shards: int) -> int:
-    """The shard of a host: the first 8 bytes of its SHA-1, modulo ``shards``."""
-    if shards == 1:
-        return 0
-    return int.from_bytes(hashlib.sha1(lane.encode()).digest()[:8], "big") % shards
-
-
-@dataclass(eq=False)
-class ShardedWorker:
-    """bench_frontier.SimWorker with one frontier and one commit writer per shard."""
-
-    urls: list[str]
-    wid: str
-    window: bf.Window
-    latency: tuple[float, float]
-    hosts: int
-    pool: list[Any]
-    rng: random.Random
-    unstarted: list[tuple[int, int, Any]] = field(default_factory=list)  # (shard, token, env)
-    downloading: int = 0
-    held: list[set[int]] = field(default_factory=list)
-    lanes: list[list[str]] = field(default_factory=list)
-    #: parent page -> [its shard, token, rid, links not committed yet]
-    waiting: dict[int, list[int]] = field(default_factory=dict)
-    kick: asyncio.Event = field(default_factory=asyncio.Event)
-    n: int = 0
-    pages_started: int = 0
-    turn: int = 0
-    stopped: bool = False
-    #: the commit writers' linger, seconds (None: the scheduler's, LINGER_SECONDS)
-    linger: float | None = None
-
-    def __post_init__(self) -> None:
-        from scrapy_leased._redis.connection import make_client
-        from scrapy_leased.frontier import Frontier
-        from scrapy_leased.frontier.keys import CrawlKeys
-        from scrapy_leased.frontier.writer import LINGER_SECONDS, CommitWriter
-        from scrapy_leased.worker._claimsize import ClaimSizer
-
-        self.frontiers, self.writers = [], []
-        for k, url in enumerate(self.urls):
-            f = Frontier(make_client(url), CrawlKeys(bf.CRAWL_ID), lease_ms=bf.LEASE_MS,
-                         max_attempts=4)
-            for name, script in list(f._s.items()):
-                f._s[name] = bf.counted(self.window, name, script)
-            f.claims.script = f._s["claim"]
-            self.frontiers.append(f)
-            self.writers.append(CommitWriter(
-                f, lambda batch, result, k=k: self._on_commit(k, batch, result),
-                linger=self.linger if self.linger is not None else LINGER_SECONDS))
-            self.held.append(set())
-            self.lanes.append([])
-        self.sizer = ClaimSizer(bf.CONCURRENCY)
-
-    @property
-    def shards(self) -> int:
-        return len(self.urls)
-
-    def _on_commit(self, shard: int, batch: Any, result: Any) -> None:
-        if self.window.inside():
-            c = self.window.counts
-            c["commits"] += 1
-            c["links_sent"] += len(result.queued)
-            c["links_new"] += sum(result.queued)
-            c["acks_committed"] += len(result.acks)
-        for parent in batch.tags:
-            if parent is None:
-                continue
-            w = self.waiting[parent]
-            w[3] -= 1
-            if w[3] == 0:  # every child in Redis: the parent's ack may go
-                del self.waiting[parent]
-                self.writers[w[0]].add_ack(w[1], w[2])
-        if any(result.queued):
-            self.kick.set()
-
-    def held_count(self) -> int:
-        return sum(len(h) for h in self.held)
-
-    async def claim_loop(self, stop: asyncio.Event) -> None:
-        from scrapy_leased.frontier import NO_BUDGET
-
-        def named(shard: int, want: int) -> list[tuple[str, Any]]:
-            return [(lane, NO_BUDGET)
-                    for lane in self.lanes[shard][:self.sizer.candidates(want)]]
-
-        while not stop.is_set():
-            want = self.sizer.capacity(self.downloading, len(self.unstarted),
-                                       self.held_count())
-            got_all = False
-            if self.sizer.worth_claiming(want, len(self.unstarted)):
-                for _ in range(self.shards):  # the next shard in turn with work
-                    shard = self.turn
-                    self.turn = (self.turn + 1) % self.shards
-                    got = await self._claim(shard, want, named)
-                    want -= got
-                    if want <= 0:
-                        got_all = True
-                        break
-                    if got:
-                        break
-                self._start()
-                if got_all:
-                    continue
-            self.kick.clear()
-            timer = asyncio.get_running_loop().call_later(bf.IDLE_POLL_S, self.kick.set)
-            try:
-                await self.kick.wait()
-            finally:
-                timer.cancel()
-
-    async def _claim(self, shard: int, want: int, named: Any) -> int:
-        """One claim of ``want`` from ``shard`` (as SimWorker.claim_loop's); how many."""
-        f = self.frontiers[shard]
-        self.writers[shard].flush()
-        asked = named(shard, want)
-        sent = time.monotonic()
-        result = await f.claim(want, self.wid, asked)
-        self.sizer.claimed(time.monotonic() - sent)
-        if len(result.claims) < want and \
-                set(result.ready_lanes) - {lane for lane, _ in asked}:
-            self.lanes[shard] = result.ready_lanes
-            first = result.claims
-            result = await f.claim(want - len(first), self.wid,
-                                   named(shard, want - len(first)))
-            result.claims = first + result.claims
-        self.lanes[shard] = result.ready_lanes
-        if self.window.inside():
-            self.window.counts["claimed"] += len(result.claims)
-        for token, env in result.claims:
-            self.held[shard].add(token)
-            self.unstarted.append((shard, token, env))
-        return len(result.claims)
-
-    def _start(self) -> None:
-        loop = asyncio.get_running_loop()
-        lo, hi = self.latency
-        while self.unstarted and self.downloading < bf.CONCURRENCY:
-            shard, token, env = self.unstarted.pop(0)
-            self.downloading += 1
-            self.sizer.handed_out()
-            delay = self.rng.uniform(lo, hi) / 1000 if hi > 0 else 0
-            loop.call_later(delay, self._page_done, shard, token, env)
-
-    def _page_done(self, shard: int, token: int, env: Any) -> None:
-        if self.stopped:
-            return
-        self.pages_started += 1
-        parent = self.pages_started
-        away = 0
-        for link in bf.page_links(self.rng, env.lane, f"https://{env.lane}/p/{env.rid}",
-                                  self._new_url, self.pool, self.hosts):
-            to = shard_of(link.lane, self.shards)
-            if to == shard:
-                self.writers[shard].add_request(link, None)
-            else:
-                self.writers[to].add_request(link, parent)
-                away += 1
-        if away:
-            self.waiting[parent] = [shard, token, env.rid, away]
-        else:
-            self.writers[shard].add_ack(token, env.rid)
-        self.held[shard].discard(token)
-        self.downloading -= 1
-        if self.window.inside():
-            self.window.counts["pages"] += 1
-            self.window.counts["links_away"] += away
-        self._start()
-        self.kick.set()
-
-    def _new_url(self, lane: str) -> str:
-        self.n += 1
-        return f"https://{lane}/p/{self.wid}.{self.n}"
-
-    async def renew_loop(self, stop: asyncio.Event, shard: int) -> None:
-        info = json.dumps({"host": "sim", "pid": os.getpid(), "started": time.time(),
-                           "inflight": 0, "acked": 0, "capacity": bf.CONCURRENCY})
-        while not stop.is_set():
-            await bf._sleep_or_stop(stop, bf.RENEW_S * self.rng.uniform(0.5, 1.0))
-            if not stop.is_set():
-                await self.frontiers[shard].renew(self.wid, list(self.held[shard]), info)
-
-    async def sweep_loop(self, stop: asyncio.Event) -> None:
-        """The scheduler's sweep, one shard a tick in turn: each shard is swept 1 / S as
-        often by each worker as one shard is (a fleet of W workers still sweeps it
-        about every S / W ticks), so the sweeps cost Redis no more than with one shard."""
-        k = self.rng.randrange(self.shards)
-        while not stop.is_set():
-            await bf._sleep_or_stop(stop, bf.SWEEP_S * self.rng.uniform(0.5, 1.0))
-            if not stop.is_set():
-                await self.frontiers[k].recover()
-                await self.frontiers[k].hash_hot_keys()
-                k = (k + 1) % self.shards
-
-    async def close(self) -> None:
-        for w in self.writers:
-            await w.drain(timeout=30)
-        for f in self.frontiers:
-            await f.client.aclose()
-
-
-async def child(cfg: dict[str, Any]) -> dict[str, Any]:
-    """One process of the fleet: cfg['workers'] sharded simulated workers."""
-    window = bf.Window(cfg["window_start"], cfg["window_end"])
-    pool = bf.seed_requests(cfg["seeds"], cfg["hosts"])
-    workers = [ShardedWorker(cfg["urls"], f"sim{cfg['proc']}-{w}", window,
-                             tuple(cfg["latency"]), cfg["hosts"], pool,
-                             random.Random(cfg["proc"] * 1000 + w), linger=cfg["linger"])
-               for w in range(cfg["workers"])]
-    loop = asyncio.get_running_loop()
-    cpu: dict[str, float] = {}
-    loop.call_at(loop.time() + cfg["window_start"] - time.time(),
-                 lambda: cpu.__setitem__("start", time.process_time()))
-    loop.call_at(loop.time() + cfg["window_end"] - time.time(),
-                 lambda: cpu.__setitem__("end", time.process_time()))
-    await asyncio.sleep(max(0.0, cfg["start_at"] - time.time()))
-    stop = asyncio.Event()
-    tasks = []
-    for w in workers:
-        tasks += [asyncio.ensure_future(w.claim_loop(stop)),
-                  asyncio.ensure_future(w.sweep_loop(stop))]
-        tasks += [asyncio.ensure_future(w.renew_loop(stop, k)) for k in range(w.shards)]
-    await asyncio.sleep(max(0.0, cfg["stop_at"] - time.time()))
-    stop.set()
-    for w in workers:
-        w.stopped = True
-        w.kick.set()
-    await asyncio.gather(*tasks)
-    for w in workers:
-        await w.close()
-    return {"proc": cfg["proc"], "calls": dict(window.calls), "counts": dict(window.counts),
-            "cpu_s": cpu.get("end", 0.0) - cpu.get("start", 0.0)}
-
-
 def seed_shards(urls: list[str], n: int, hosts: int) -> list[int]:
     """The seed requests, each queued in its host's shard; how many went to each."""
     from scrapy_leased._redis.connection import make_client
@@ -300,7 +61,7 @@ def seed_shards(urls: list[str], n: int, hosts: int) -> list[int]:
     reqs = bf.seed_requests(n, hosts)
     parts: list[list[Any]] = [[] for _ in urls]
     for req in reqs:
-        parts[shard_of(req.lane, len(urls))].append(req)
+        parts[bf.shard_of(req.lane, len(urls))].append(req)
 
     async def go() -> None:
         for url, part in zip(urls, parts):
@@ -330,19 +91,8 @@ def run_sharded(shards: int, procs: int, workers: int, latency: tuple[float, flo
         idle0 = [bf.redis_cpu(c) for c in clients]
         time.sleep(2.0)
         idle = [(bf.redis_cpu(c) - x) / 2.0 for c, x in zip(clients, idle0)]
-        per = [workers // procs + (1 if k < workers % procs else 0) for k in range(procs)]
-        start_at = time.time() + 2.0
-        ws, we = start_at + warmup, start_at + warmup + window
-        children = []
-        for k, n in enumerate(per):
-            if not n:
-                continue
-            cfg = {"urls": urls, "proc": k, "workers": n, "latency": list(latency),
-                   "hosts": hosts, "seeds": seeds, "start_at": start_at, "linger": linger,
-                   "window_start": ws, "window_end": we, "stop_at": we + 0.5}
-            children.append(subprocess.Popen(
-                [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)],
-                stdout=subprocess.PIPE, text=True))
+        children, ws, we = bf.start_fleet(urls, procs, workers, latency, hosts, seeds,
+                                          window, warmup, linger=linger)
         time.sleep(max(0.0, ws - time.time()))
         cpu0 = [bf.redis_cpu(c) for c in clients]
         acked0 = [int(c.hget(stats_key, "acked") or 0) for c in clients]
@@ -351,12 +101,7 @@ def run_sharded(shards: int, procs: int, workers: int, latency: tuple[float, flo
         cpu1 = [bf.redis_cpu(c) for c in clients]
         acked1 = [int(c.hget(stats_key, "acked") or 0) for c in clients]
         busy1, t1 = bf.system_busy(), time.time()
-        reports = []
-        for p in children:
-            out, _ = p.communicate(timeout=120)
-            if p.returncode != 0:
-                raise RuntimeError(f"fleet process failed ({p.returncode}):\n{out[-3000:]}")
-            reports.append(json.loads(out.strip().splitlines()[-1]))
+        reports = bf.fleet_reports(children)
         for c in clients:
             c.close()
     finally:
@@ -439,7 +184,6 @@ def measure(counts: list[int], reps: int, workers: int, procs: int,
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--shards", default="1,2,4,8", help="shard counts, one window each; "
                     "the first is the baseline of the ratios")
     ap.add_argument("--workers", type=int, default=16)
@@ -456,9 +200,6 @@ def main() -> int:
                     "this; default the scheduler's LINGER_SECONDS)")
     ap.add_argument("--json", default=None)
     ns = ap.parse_args()
-    if ns.child:
-        print(json.dumps(asyncio.run(child(json.loads(ns.child)))), flush=True)
-        return 0
     counts = [int(x) for x in ns.shards.split(",")]
     lat = (float(ns.latency.split(",")[0]), float(ns.latency.split(",")[1]))
     rows, runs = measure(counts, ns.reps, ns.workers, ns.procs, lat, ns.hosts, ns.seeds,
