@@ -193,6 +193,8 @@ class SimWorker:
     pool: list[Any]
     rng: random.Random
     linger: float | None = None
+    #: each shard's crawl id (its hash tag; None: CRAWL_ID for every shard, one per server)
+    crawls: list[str] | None = None
     unstarted: list[tuple[int, int, Any]] = field(default_factory=list)  # (shard, token, env)
     downloading: int = 0
     held: list[set[int]] = field(default_factory=list)  # per shard
@@ -215,8 +217,8 @@ class SimWorker:
         self.frontiers: list[Any] = []
         self.writers: list[Any] = []
         for k, url in enumerate(self.urls):
-            f = Frontier(make_client(url), CrawlKeys(CRAWL_ID), lease_ms=LEASE_MS,
-                         max_attempts=4)
+            crawl = self.crawls[k] if self.crawls else CRAWL_ID
+            f = Frontier(make_client(url), CrawlKeys(crawl), lease_ms=LEASE_MS, max_attempts=4)
             for name, script in list(f._s.items()):
                 f._s[name] = counted(self.window, name, script)
             # the claim call object took the claim script when the frontier was built
@@ -423,7 +425,8 @@ async def child(cfg: dict[str, Any]) -> dict[str, Any]:
     pool = seed_requests(cfg["seeds"], cfg["hosts"])
     workers = [SimWorker(cfg["urls"], f"sim{cfg['proc']}-{w}", window,
                          tuple(cfg["latency"]), cfg["hosts"], pool,
-                         random.Random(cfg["proc"] * 1000 + w), cfg.get("linger"))
+                         random.Random(cfg["proc"] * 1000 + w), cfg.get("linger"),
+                         cfg.get("crawls"))
                for w in range(cfg["workers"])]
     loop = asyncio.get_running_loop()
     cpu: dict[str, float] = {}
@@ -528,11 +531,13 @@ HARNESS_CALLS = {"info": 2, "hget": 2}  # the harness's own commands inside the 
 
 def start_fleet(urls: list[str], procs: int, workers: int, latency: tuple[float, float],
                 hosts: int, seeds: int, window: float, warmup: float = 3.0,
-                mode: str = "frontier", linger: float | None = None
+                mode: str = "frontier", linger: float | None = None,
+                crawls: list[str] | None = None
                 ) -> tuple[list[subprocess.Popen[str]], float, float]:
     """``workers`` simulated workers (child()) in ``procs`` processes, on the frontiers
-    of ``urls`` (one per shard); they start in 2 s (import and connect meanwhile) and
-    stop 0.5 s after the window. Returns the processes and the window (time.time())."""
+    of ``urls`` (one per shard; ``crawls``: their crawl ids, SimWorker); they start in
+    2 s (import and connect meanwhile) and stop 0.5 s after the window. Returns the
+    processes and the window (time.time())."""
     per = [workers // procs + (1 if k < workers % procs else 0) for k in range(procs)]
     start_at = time.time() + 2.0
     ws, we = start_at + warmup, start_at + warmup + window
@@ -542,7 +547,8 @@ def start_fleet(urls: list[str], procs: int, workers: int, latency: tuple[float,
             continue
         cfg = {"urls": urls, "proc": k, "workers": n, "latency": list(latency),
                "hosts": hosts, "seeds": seeds, "mode": mode, "start_at": start_at,
-               "window_start": ws, "window_end": we, "stop_at": we + 0.5, "linger": linger}
+               "window_start": ws, "window_end": we, "stop_at": we + 0.5, "linger": linger,
+               "crawls": crawls}
         children.append(subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)],
             stdout=subprocess.PIPE, text=True))

@@ -52,8 +52,30 @@ import bench_frontier as bf  # puts the repository on sys.path
 LINGER_PER_SHARD = 0.05
 
 
-def seed_shards(urls: list[str], n: int, hosts: int) -> list[int]:
-    """The seed requests, each queued in its host's shard; how many went to each."""
+def shard_tags(crawl: str, shards: int) -> list[str]:
+    """The crawl ids of a crawl's shards on a Redis Cluster: shard k's is the first
+    ``<crawl>#k.<n>`` whose hash tag's slot is in [k * 16384 / S, (k + 1) * 16384 / S), so
+    that the shards spread over the masters as the slots do (``<crawl>#k`` alone lands
+    on CRC16 slots that cluster: 16 such tags on 3 masters of even slot ranges sit 3 / 5 /
+    8). Computed, not stored: any worker or tool finds the same."""
+    from redis.crc import key_slot
+
+    from scrapy_leased.frontier.keys import CrawlKeys
+
+    tags = []
+    for k in range(shards):
+        lo, hi = k * 16384 // shards, (k + 1) * 16384 // shards
+        n = 0
+        while not lo <= key_slot(CrawlKeys(f"{crawl}#{k}.{n}").stats.encode()) < hi:
+            n += 1
+        tags.append(f"{crawl}#{k}.{n}")
+    return tags
+
+
+def seed_shards(urls: list[str], n: int, hosts: int,
+                crawls: list[str] | None = None) -> list[int]:
+    """The seed requests, each queued in its host's shard (``urls[k]``, crawl id
+    ``crawls[k]`` or CRAWL_ID); how many went to each."""
     from scrapy_leased._redis.connection import make_client
     from scrapy_leased.frontier import Frontier
     from scrapy_leased.frontier.keys import CrawlKeys
@@ -64,8 +86,9 @@ def seed_shards(urls: list[str], n: int, hosts: int) -> list[int]:
         parts[bf.shard_of(req.lane, len(urls))].append(req)
 
     async def go() -> None:
-        for url, part in zip(urls, parts):
-            f = Frontier(make_client(url), CrawlKeys(bf.CRAWL_ID), lease_ms=bf.LEASE_MS,
+        for k, (url, part) in enumerate(zip(urls, parts)):
+            crawl = crawls[k] if crawls else bf.CRAWL_ID
+            f = Frontier(make_client(url), CrawlKeys(crawl), lease_ms=bf.LEASE_MS,
                          max_attempts=4)
             for i in range(0, len(part), 500):
                 await f.enqueue(part[i:i + 500])
@@ -77,36 +100,56 @@ def seed_shards(urls: list[str], n: int, hosts: int) -> list[int]:
 
 def run_sharded(shards: int, procs: int, workers: int, latency: tuple[float, float],
                 hosts: int, seeds: int, window: float, warmup: float = 3.0,
-                linger: float | None = None) -> dict[str, Any]:
-    """One fleet over ``shards`` fresh redis-servers; one measured window."""
+                linger: float | None = None, masters: int = 0) -> dict[str, Any]:
+    """One fleet over ``shards`` fresh redis-servers (``masters`` 0), or over one fresh
+    Redis Cluster of ``masters`` masters without replicas, the shards' crawl ids from
+    shard_tags(); one measured window."""
+    import redis
+
     from scrapy_leased.frontier.keys import CrawlKeys
+    from tests.support.redis_ha import RedisCluster
     from tests.support.redis_server import RedisServer
 
-    servers = [RedisServer(appendonly=False).start() for _ in range(shards)]
-    stats_key = CrawlKeys(bf.CRAWL_ID).stats
+    cluster = RedisCluster(masters=masters, replicas=0).start() if masters else None
+    servers = cluster.nodes if cluster else [RedisServer(appendonly=False).start()
+                                             for _ in range(shards)]
+    crawls = shard_tags(bf.CRAWL_ID, shards) if cluster else [bf.CRAWL_ID] * shards
     try:
-        clients = [s.client() for s in servers]
-        urls = [s.url for s in servers]
-        seeded = seed_shards(urls, seeds, hosts)
+        clients = [s.client() for s in servers]  # each master's CPU
+        if cluster:
+            urls = [cluster.url] * shards
+            host, port = servers[0].address.rsplit(":", 1)
+            reader: Any = redis.RedisCluster(host=host, port=int(port))
+            readers = [reader] * shards
+        else:
+            urls = [s.url for s in servers]
+            readers = clients
+        seeded = seed_shards(urls, seeds, hosts, crawls)
+
+        def acked_now() -> list[int]:
+            return [int(r.hget(CrawlKeys(c).stats, "acked") or 0)
+                    for r, c in zip(readers, crawls)]
+
         idle0 = [bf.redis_cpu(c) for c in clients]
         time.sleep(2.0)
         idle = [(bf.redis_cpu(c) - x) / 2.0 for c, x in zip(clients, idle0)]
         children, ws, we = bf.start_fleet(urls, procs, workers, latency, hosts, seeds,
-                                          window, warmup, linger=linger)
+                                          window, warmup, linger=linger, crawls=crawls)
         time.sleep(max(0.0, ws - time.time()))
-        cpu0 = [bf.redis_cpu(c) for c in clients]
-        acked0 = [int(c.hget(stats_key, "acked") or 0) for c in clients]
+        cpu0, acked0 = [bf.redis_cpu(c) for c in clients], acked_now()
         busy0, t0 = bf.system_busy(), time.time()
         time.sleep(max(0.0, we - time.time()))
-        cpu1 = [bf.redis_cpu(c) for c in clients]
-        acked1 = [int(c.hget(stats_key, "acked") or 0) for c in clients]
+        cpu1, acked1 = [bf.redis_cpu(c) for c in clients], acked_now()
         busy1, t1 = bf.system_busy(), time.time()
         reports = bf.fleet_reports(children)
-        for c in clients:
+        for c in {id(x): x for x in clients + readers}.values():
             c.close()
     finally:
-        for s in servers:
-            s.close()
+        if cluster:
+            cluster.close()
+        else:
+            for s in servers:
+                s.close()
     span = t1 - t0
     cpu = [b - a for a, b in zip(cpu0, cpu1)]
     acked = [b - a for a, b in zip(acked0, acked1)]
@@ -121,7 +164,7 @@ def run_sharded(shards: int, procs: int, workers: int, latency: tuple[float, flo
     client_cpu = sum(x["cpu_s"] for x in reports)
     return {
         "shards": shards, "workers": workers, "hosts": hosts, "latency": list(latency),
-        "linger": linger,
+        "linger": linger, "masters": masters, "crawls": crawls,
         "window_s": span, "pages": pages, "pages_per_s": pages / span,
         "redis_cpu_s": redis_s, "redis_cores": redis_s / span,
         "redis_us_per_page": 1e6 * redis_s / pages if pages else None,
@@ -143,8 +186,9 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     base = rows[0]["redis_us_per_page"] or 0.0
     lines = ["| shards | pages/s | Redis CPU, cores (all masters) | Redis µs per page | "
              "x one shard | pages per Redis CPU-second | each master's share of Redis CPU "
-             "| of pages acked | links to another shard per page | script calls per page "
-             "(claim / commit) | pages per commit | masters idle, cores each |",
+             "| each shard's share of the pages acked | links to another shard per page | "
+             "script calls per page (claim / commit) | pages per commit | masters idle, "
+             "cores each |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | ---: | --- |"]
     for r in rows:
         us = r["redis_us_per_page"] or 0.0
@@ -162,7 +206,7 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
 
 def measure(counts: list[int], reps: int, workers: int, procs: int,
             latency: tuple[float, float], hosts: int, seeds: int, window: float,
-            linger: float = LINGER_PER_SHARD, log: Any = print
+            linger: float = LINGER_PER_SHARD, log: Any = print, masters: int = 0
             ) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
     """Each shard count of ``counts`` ``reps`` times, interleaved (S shards lingering S x
     ``linger``): each one's median run (by Redis µs per page), and all runs."""
@@ -170,7 +214,7 @@ def measure(counts: list[int], reps: int, workers: int, procs: int,
     for _ in range(reps):
         for s in counts:
             r = run_sharded(s, min(procs, workers), workers, latency, hosts, seeds, window,
-                            linger=linger * s)
+                            linger=linger * s, masters=masters)
             runs[s].append(r)
             log(f"{s} shards: {r['pages_per_s']:,.0f} pages/s, "
                 f"{r['redis_us_per_page'] or 0:.1f} Redis µs/page, CPU shares "
@@ -198,12 +242,17 @@ def main() -> int:
     ap.add_argument("--linger", type=float, default=LINGER_PER_SHARD,
                     help="the commit writers' linger per shard, seconds (S shards: S times "
                     "this; default the scheduler's LINGER_SECONDS)")
+    ap.add_argument("--cluster", type=int, default=0, metavar="MASTERS",
+                    help="run every shard count on one Redis Cluster of this many masters "
+                    "(no replicas; shard_tags() spreads the shards over its slots) instead "
+                    "of one redis-server per shard")
     ap.add_argument("--json", default=None)
     ns = ap.parse_args()
     counts = [int(x) for x in ns.shards.split(",")]
     lat = (float(ns.latency.split(",")[0]), float(ns.latency.split(",")[1]))
     rows, runs = measure(counts, ns.reps, ns.workers, ns.procs, lat, ns.hosts, ns.seeds,
-                         ns.window, ns.linger, log=lambda m: print(m, file=sys.stderr))
+                         ns.window, ns.linger, log=lambda m: print(m, file=sys.stderr),
+                         masters=ns.cluster)
     print("\n".join(report(rows)))
     if ns.json:
         Path(ns.json).write_text(json.dumps(runs, indent=1, default=str))

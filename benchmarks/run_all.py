@@ -931,6 +931,22 @@ def section_shards(quick: bool, reps: int, raw: dict) -> dict:
     for line in bs.report(rows):
         emit(line)
     emit()
+    wait_quiet()
+    t0 = time.monotonic()
+    crows, cruns = bs.measure([1, 3], reps, workers, 3, latency, hosts, seeds, window,
+                              log=note, masters=3)
+    emit(f"Load average after: {load()} ({time.monotonic() - t0:.0f} s)")
+    emit()
+    raw["shards_cluster"] = cruns
+    emit("The same fleet on one Redis Cluster of 3 masters (no replicas), 1 and 3 shards: "
+         "each shard's crawl id is the first `<crawl>#k.<n>` whose hash slot lies in the "
+         "k-th third of the slots (`bench_shards.shard_tags`), so the 3 shards sit on the "
+         "3 masters; one shard is today's crawl on one master. Medians of "
+         f"{reps} interleaved repetitions:")
+    emit()
+    for line in bs.report(crows):
+        emit(line)
+    emit()
     base = rows[0]["redis_us_per_page"] or 0.0
     return {"rows": rows,
             "ratio": {r["shards"]: (r["redis_us_per_page"] or 0.0) / base if base else None
