@@ -36,19 +36,29 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 TOTAL_RE = re.compile(r"^(?:summary|totals): (\d+)", re.M)
 
 
-def instructions(mode: str, pages: int, workdir: Path) -> int:
-    """Instructions of one worker's whole crawl of a ``pages``-page site."""
-    out = workdir / f"callgrind-{mode}-{pages}.out"
+def split_mode(spec: str) -> tuple[str, dict[str, str]]:
+    """``mode[:NAME=VALUE...]`` (e.g. ``plain:BENCH_GC_FREEZE=1``,
+    ``leased_defaults:LEASED_GC_FREEZE=False``): the bench_e2e mode and the settings
+    given to its worker with -s."""
+    mode, *pairs = spec.split(":")
+    return mode, dict(pair.split("=", 1) for pair in pairs)
+
+
+def instructions(spec: str, pages: int, workdir: Path) -> int:
+    """Instructions of one worker's whole crawl of a ``pages``-page site (``spec``:
+    split_mode)."""
+    mode, settings = split_mode(spec)
+    out = workdir / f"callgrind-{abs(hash(spec))}-{pages}.out"
     redis = RedisServer(appendonly=False).start() if mode != "plain" else None
     try:
         result = bench_e2e.run(mode, 1, pages, redis, workdir, timeout=3600.0,
-                               prefix=["valgrind", "--tool=callgrind",
+                               settings=settings, prefix=["valgrind", "--tool=callgrind",
                                        f"--callgrind-out-file={out}"])
     finally:
         if redis is not None:
             redis.close()
     if "error" in result or result["site"]["distinct"] != pages:
-        raise RuntimeError(f"{mode} crawl of {pages} pages: {result.get('error')}")
+        raise RuntimeError(f"{spec} crawl of {pages} pages: {result.get('error')}")
     found = TOTAL_RE.search(out.read_text(errors="replace"))
     if found is None:
         raise RuntimeError(f"no total in {out}")
@@ -72,7 +82,9 @@ def run(modes: list[str], small: int = 200, large: int = 700) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--modes", default="plain,leased_defaults")
+    ap.add_argument("--modes", default="plain,leased_defaults",
+                    help="bench_e2e modes, each with settings of its own if any: "
+                    "mode[:NAME=VALUE...] (split_mode)")
     ap.add_argument("--pages", default="200,700", help="the two site sizes")
     ns = ap.parse_args()
     small, large = (int(x) for x in ns.pages.split(","))

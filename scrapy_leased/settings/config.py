@@ -93,6 +93,9 @@ class LeasedConfig:
     #: LEASED_FEED_FSYNC: fsync the feed files before each commit that acks pages
     #: (worker/feedexports.py); they are flushed to the operating system either way
     feed_fsync: bool = False
+    #: LEASED_GC_FREEZE: once open, the worker's start-up objects are kept out of
+    #: Python's full garbage collections while it crawls (worker/gcfreeze.py)
+    gc_freeze: bool = True
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> LeasedConfig:
@@ -140,6 +143,7 @@ class LeasedConfig:
             budgets=Budgets.from_settings(settings),
             upsert=UpsertConfig.from_settings(settings),
             feed_fsync=bool_setting(settings, "LEASED_FEED_FSYNC", False),
+            gc_freeze=bool_setting(settings, "LEASED_GC_FREEZE", True),
         )
 
     @property

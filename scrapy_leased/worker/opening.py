@@ -27,6 +27,7 @@ from ..frontier.run import SEED, RunMarker
 from ..frontier.workerid import enter
 from ..frontier.writer import LINGER_SECONDS, CommitWriter
 from ..runtime import attach
+from . import gcfreeze
 from ._leasekeeper import Kick, LeaseKeeper
 from ._throttleshare import ThrottleShare, autothrottle
 from .feedexports import ExportFiles, FeedCollisionError, claim_paths, feed_exporter, local_feeds
@@ -61,6 +62,9 @@ class Opening:
         run_on = await self.lay_run(spider)
         await self.join_run(client, keys, run_on)
         await self.start_parts(client, keys)
+        if w.config.gc_freeze:
+            w.stats.set_value("leased/gc_frozen", gcfreeze.hold())
+            w.gc_frozen = True
         logger.info("Leased frontier %(crawl)s on %(url)s, worker %(worker)s",
                     {"crawl": keys.crawl_id, "url": redact(url), "worker": w.worker_id})
 
@@ -240,6 +244,14 @@ class Opening:
             self.w.writer.before_acks = ExportFiles.for_crawler(self.w.crawler).make_durable
 
     async def close(self, reason: str) -> None:
+        try:
+            await self.close_parts()
+        finally:
+            if self.w.gc_frozen:
+                self.w.gc_frozen = False
+                gcfreeze.release()
+
+    async def close_parts(self) -> None:
         w = self.w
         assert w.frontier is not None and w.writer is not None
         w._closing = True

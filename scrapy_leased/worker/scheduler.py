@@ -124,6 +124,8 @@ class LeasedScheduler(BaseScheduler):
         self.throttle: ThrottleShare | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        #: holds the freeze of the start-up objects (LEASED_GC_FREEZE, gcfreeze.py)
+        self.gc_frozen = False
         self.started = time.time()
         self.unconfirmed = 0  # requests given to the writer, not yet written to Redis
         self.warn = WarnOnce()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -159,3 +160,23 @@ class IdleClose:
     def spider_idle(self, spider):
         if time.monotonic() - self.last < self.seconds:
             raise DontCloseSpider
+
+
+class GcFreeze:
+    """``BENCH_GC_FREEZE``: what ``LEASED_GC_FREEZE`` does in a worker
+    (scrapy_leased/worker/gcfreeze.py), done to plain Scrapy: once the spider has opened,
+    garbage collected once and every object alive frozen (``gc.freeze``), so that full
+    collections no longer walk the start-up objects. The control that tells the
+    add-on's own cost from the freeze's gain."""
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        if not crawler.settings.getbool("BENCH_GC_FREEZE"):
+            raise NotConfigured
+        o = cls()
+        crawler.signals.connect(o.spider_opened, signal=signals.spider_opened)
+        return o
+
+    def spider_opened(self, spider):
+        gc.collect()
+        gc.freeze()

@@ -25,7 +25,11 @@ LOG_LEVEL = "WARNING"
 TELNETCONSOLE_ENABLED = False
 ROBOTSTXT_OBEY = False
 ITEM_PIPELINES = {}
-EXTENSIONS = {"benchproject.extensions.BenchReport": 0}
+EXTENSIONS = {"benchproject.extensions.BenchReport": 0,
+              "benchproject.extensions.GcFreeze": 0}
+# GcFreeze: gc.freeze() once the spider has opened, as LEASED_GC_FREEZE does (a control
+# for plain Scrapy; the add-on's own freeze is its setting)
+BENCH_GC_FREEZE = False
 
 # BenchReport writes this worker's close reason, stats and Redis round trips here
 BENCH_REPORT = None
