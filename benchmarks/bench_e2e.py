@@ -370,7 +370,11 @@ def main() -> int:
     ap.add_argument("--scripts", action="store_true",
                     help="Redis time per script and page, from SLOWLOG recording every "
                          "call (which slows Redis a little)")
+    ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting for every worker (-s), e.g. LEASED_GC_FREEZE=False or "
+                    "the bench project's BENCH_GC_FREEZE=1; repeatable")
     ns = ap.parse_args()
+    settings = dict(pair.split("=", 1) for pair in ns.setting)
     workdir = Path(tempfile.mkdtemp(prefix="leased-e2e-"))
     redis = RedisServer(appendonly=False).start() if ns.mode != "plain" else None
     try:
@@ -379,7 +383,7 @@ def main() -> int:
             client.config_set("slowlog-log-slower-than", 0)
             client.config_set("slowlog-max-len", SLOWLOG_MAX)
         result = run(ns.mode, ns.workers, ns.pages, redis, workdir, profile=ns.profile,
-                     nodelay=not ns.stock_site)
+                     nodelay=not ns.stock_site, settings=settings)
         if ns.scripts and redis is not None:
             result["scripts"] = script_times(client, result["site"]["distinct"] or 1)
     finally:
