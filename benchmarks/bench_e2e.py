@@ -41,7 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +203,11 @@ def py_spy() -> str:
 
 def is_leased(mode: str) -> bool:
     return mode.startswith("leased")
+
+
+def parse_settings(pairs: Iterable[str]) -> dict[str, str]:
+    """``NAME=VALUE`` strings as the settings dict run() passes to its workers with -s."""
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def worker_command(mode: str, start_url: str, redis_url: str | None, crawl_id: str,
@@ -374,7 +379,7 @@ def main() -> int:
                     help="a setting for every worker (-s), e.g. LEASED_GC_FREEZE=False or "
                     "the bench project's BENCH_GC_FREEZE=1; repeatable")
     ns = ap.parse_args()
-    settings = dict(pair.split("=", 1) for pair in ns.setting)
+    settings = parse_settings(ns.setting)
     workdir = Path(tempfile.mkdtemp(prefix="leased-e2e-"))
     redis = RedisServer(appendonly=False).start() if ns.mode != "plain" else None
     try:

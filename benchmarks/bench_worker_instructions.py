@@ -34,6 +34,10 @@ import bench_e2e  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 TOTAL_RE = re.compile(r"^(?:summary|totals): (\d+)", re.M)
+#: The controls of LEASED_GC_FREEZE: plain Scrapy doing the same gc.freeze() (the bench
+#: project's GcFreeze extension), and the add-on without it
+PLAIN_FROZEN = "plain:BENCH_GC_FREEZE=1"
+LEASED_UNFROZEN = "leased_defaults:LEASED_GC_FREEZE=False"
 
 
 def split_mode(spec: str) -> tuple[str, dict[str, str]]:
@@ -41,7 +45,7 @@ def split_mode(spec: str) -> tuple[str, dict[str, str]]:
     ``leased_defaults:LEASED_GC_FREEZE=False``): the bench_e2e mode and the settings
     given to its worker with -s."""
     mode, *pairs = spec.split(":")
-    return mode, dict(pair.split("=", 1) for pair in pairs)
+    return mode, bench_e2e.parse_settings(pairs)
 
 
 def instructions(spec: str, pages: int, workdir: Path) -> int:

@@ -74,6 +74,8 @@ BENCH = REPO_ROOT / "benchmarks"
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(BENCH))
 
+import bench_worker_instructions as bwi  # noqa: E402
+
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 HAND_WRITTEN = "<!-- hand-written -->"
@@ -86,9 +88,8 @@ SETUP_NAMES = {"plain": "plain Scrapy", "scrapy_redis": "scrapy-redis",
                "leased": "scrapy_leased (upsert pipeline off)",
                "leased_defaults": "scrapy_leased at its defaults",
                # section 8's controls for LEASED_GC_FREEZE (bench_worker_instructions)
-               "plain:BENCH_GC_FREEZE=1": "plain Scrapy, gc.freeze() once open",
-               "leased_defaults:LEASED_GC_FREEZE=False":
-                   "scrapy_leased, LEASED_GC_FREEZE = False"}
+               bwi.PLAIN_FROZEN: "plain Scrapy, gc.freeze() once open",
+               bwi.LEASED_UNFROZEN: "scrapy_leased, LEASED_GC_FREEZE = False"}
 SECTIONS = ("scheduler", "memory", "memory_prio", "e2e", "e2e_defaults", "latency", "spread",
             "frontier", "worker_instr", "redis_instr", "shards")
 SCHEDULERS = [("scrapy", "Scrapy default (in memory)"), ("scrapy_redis", "scrapy-redis"),
@@ -635,13 +636,11 @@ SERVED_SHARE = 0.9  # the headline fleet: served at least this share of its offe
 
 
 def section_worker_instr(quick: bool, raw: dict) -> dict:
-    import bench_worker_instructions as bwi
-
     open_section("## 8. Instructions a worker runs per page")
     small, large = (100, 300) if quick else (200, 700)
     wait_quiet()
-    out = bwi.run(["plain", "leased_defaults", "plain:BENCH_GC_FREEZE=1",
-                   "leased_defaults:LEASED_GC_FREEZE=False"], small, large)
+    out = bwi.run(["plain", "leased_defaults", bwi.PLAIN_FROZEN, bwi.LEASED_UNFROZEN],
+                  small, large)
     raw["worker_instr"] = out
     emit(f"`valgrind --tool=callgrind` counts the instructions of a whole `scrapy crawl` "
          f"of the CPU-bound test site (one worker), once with {small} pages and once with "
@@ -658,7 +657,7 @@ def section_worker_instr(quick: bool, raw: dict) -> dict:
          "| per 1,000 pages | vs plain Scrapy | vs plain Scrapy with gc.freeze() |")
     emit("| --- | ---: | ---: | ---: | ---: | ---: |")
     base = out["plain"]["per_1000"]
-    frozen = out["plain:BENCH_GC_FREEZE=1"]["per_1000"]
+    frozen = out[bwi.PLAIN_FROZEN]["per_1000"]
     for mode, row in out.items():
         emit(f"| {SETUP_NAMES[mode]} | {row['small']:,} | {row['large']:,} "
              f"| {row['per_1000']:,.0f} | {row['per_1000'] / base:.3f}x "
@@ -1003,7 +1002,7 @@ def section_targets_26(lat: dict | None, e: dict | None, wi: dict | None,
                 f"{mine:.1f} vs {plain:.1f}: {v:.3f}x", v <= 1.2)
     if wi:
         v = wi["leased_defaults"]["per_1000"] / wi["plain"]["per_1000"]
-        frozen = wi.get("plain:BENCH_GC_FREEZE=1")
+        frozen = wi.get(bwi.PLAIN_FROZEN)
         beside = (f" (plain Scrapy with the same gc.freeze(): "
                   f"{wi['leased_defaults']['per_1000'] / frozen['per_1000']:.3f}x)"
                   if frozen else "")

@@ -5,11 +5,11 @@ CPython's cyclic garbage collector walks every object it tracks at each collecti
 its oldest generation. In a Scrapy worker those are mostly the modules, classes and
 functions of Scrapy, Twisted, lxml, redis-py, the project and this package (about
 120,000 objects once a spider has opened), and a CPU-bound crawl runs such a collection
-about every 130 pages, each taking about 160 ms of the event loop on this project's
-benchmark machine: 15 % of a worker's CPU (docs/settings.md#leased_gc_freeze gives the
-figures). Once a worker has opened, garbage is collected once and what is alive is
-frozen (``gc.freeze``: kept in a generation the collector does not walk; reference
-counting still frees those objects). When the last worker of the process closes, they
+about every 130 pages, each holding the event loop about 150 ms on this project's
+benchmark machine (docs/settings.md#leased_gc_freeze gives the figures). Once a worker
+has opened, garbage is collected once and what is alive is frozen (``gc.freeze``: kept
+in a generation the collector does not walk; reference counting still frees those
+objects). When the last worker of the process closes, they
 are unfrozen (``gc.unfreeze``), so that a process running crawl after crawl collects
 each crawl's reference cycles as before; unless something else had frozen objects
 before the first worker did (``gc.get_freeze_count()``): those are not ours to unfreeze.
