@@ -40,7 +40,8 @@ and shrank again, and their keys' resizing was counted too.)
 lanes (the commits above spread them over up to 40 lanes). Not in the per-page figure.
 
 ``--micro`` adds single Lua operations and Redis commands inside a script (10 per call,
-less the trivial call): what the scripts' parts cost.
+less the trivial call), and arguments (per call: 100 of 20 bytes, 100 of 200 bytes):
+what the scripts' parts cost.
 
 ``--steps`` adds claim.lua and commit.lua cut after each of their steps (the rest
 replaced by ``return 1``), called with the KEYS and ARGV of real calls (no call id):
@@ -270,6 +271,14 @@ def micro_cases() -> list[tuple[str, str, list[str], list[str]]]:
         ("the claim script's helpers defined, nothing run", prefix + "\nreturn 1", [], []),
         ("97 arguments (a claim from 8 candidate lanes)", "return 1",
          [f"key{i}" for i in range(50)], [f"argument{i}" for i in range(47)]),
+        # what an argument's length costs: Redis 7 hashes every byte of every string
+        # a script makes (its arguments, command replies, concatenations) to intern
+        # it in Lua (redis/redis#9449), on top of reading it off the socket
+        ("100 arguments of 20 bytes", "return 1", [], [f"{i:03d}" + "a" * 17 for i in range(100)]),
+        ("100 arguments of 200 bytes", "return 1", [],
+         [f"{i:03d}" + "a" * 197 for i in range(100)]),
+        ("a 200-byte string made in Lua (concatenation)",
+         ten.replace("{}", "ARGV[1] .. i"), [], ["a" * 199]),
         ("guard_open: INFO server, its run_id, the epoch's reads (lib_guard.lua)", prefix +
          "\nlocal g = guard_open() return 1", ["e", "t", "r", "c"], ["", "0", "0", "0"]),
         ("parse_envelope", prefix + "\n" + ten.replace("{}", "{parse_envelope(ARGV[1])}"),

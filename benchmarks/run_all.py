@@ -65,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -776,9 +777,9 @@ def section_frontier(quick: bool, raw: dict) -> dict:
     emit()
     prof = out.get("profile")
     if prof:
-        fl = prof["fleet"]
-        emit(f"Where the scripts spend (one more window, {fl['workers']} workers, "
-             f"{fl['pages_per_s']:,.0f} pages/s, with `SLOWLOG` recording every command, "
+        pf = prof["fleet"]
+        emit(f"Where the scripts spend (one more window, {pf['workers']} workers, "
+             f"{pf['pages_per_s']:,.0f} pages/s, with `SLOWLOG` recording every command, "
              f"sampled every 50 ms: Redis time per call of each script; `INFO commandstats` "
              f"for the commands run inside them). EVALSHA time per page "
              f"{prof['evalsha_us_per_page']:.0f} µs, of which the commands the scripts run "
@@ -787,7 +788,7 @@ def section_frontier(quick: bool, raw: dict) -> dict:
              f"code and argument handling around the commands. These are wall-clock "
              f"durations as Redis records them: on a loaded machine they include time the "
              f"server was descheduled mid-script (Redis CPU per page in this window: "
-             f"{1e6 * fl['redis_cores'] / fl['pages_per_s']:.0f} µs).")
+             f"{1e6 * pf['redis_cores'] / pf['pages_per_s']:.0f} µs).")
         emit()
         emit("| script | calls / page | Redis µs / call (p90) | Redis µs / page | samples |")
         emit("| --- | ---: | ---: | ---: | ---: |")
@@ -1167,12 +1168,23 @@ def main() -> int:
             emit(line)
         took: dict[str, float] = {}
 
+        failed: list[str] = []
+
         def timed(name: str, go: Callable[[], Any]) -> Any:
+            """Run a section; one that fails is reported where its figures would be and
+            the run goes on (the sections after it keep their figures; BENCHMARKS.md is
+            not written, see below)."""
             if name not in only:
                 return None
             t = time.monotonic()
             try:
                 return go()
+            except Exception as exc:
+                failed.append(name)
+                print(traceback.format_exc(), file=sys.stderr, flush=True)
+                emit(f"**Section `{name}` failed**: {type(exc).__name__}: {exc}")
+                emit()
+                return None
             finally:
                 took[name] = time.monotonic() - t
 
@@ -1215,6 +1227,14 @@ def main() -> int:
     raw_path = Path(tempfile.gettempdir()) / f"scrapy-leased-bench-{started:%Y%m%d-%H%M%S}.json"
     raw_path.write_text(json.dumps(raw, indent=1, default=str))
     print(f"raw results: {raw_path}", file=sys.stderr)
+    if failed:
+        # what the other sections measured is kept, but not as BENCHMARKS.md: a table of
+        # targets with a section missing would read as the run's whole answer
+        partial = raw_path.with_suffix(".md")
+        partial.write_text("\n".join(OUT) + "\n", encoding="utf-8")
+        print(f"sections failed: {', '.join(failed)}; {ns.out} not written, the run's "
+              f"output is in {partial}", file=sys.stderr)
+        return 1
     if not ns.no_write:
         out = Path(ns.out)
         kept = ""
