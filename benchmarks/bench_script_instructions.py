@@ -277,7 +277,8 @@ def micro_cases() -> list[tuple[str, str, list[str], list[str]]]:
         ("100 arguments of 20 bytes", "return 1", [], [f"{i:03d}" + "a" * 17 for i in range(100)]),
         ("100 arguments of 200 bytes", "return 1", [],
          [f"{i:03d}" + "a" * 197 for i in range(100)]),
-        ("a 200-byte string made in Lua (concatenation)",
+        ("a 200-byte string made in Lua (ARGV[1] .. i: the number's text made too, as in "
+         "the case 'a number concatenated' below)",
          ten.replace("{}", "ARGV[1] .. i"), [], ["a" * 199]),
         ("guard_open: INFO server, its run_id, the epoch's reads (lib_guard.lua)", prefix +
          "\nlocal g = guard_open() return 1", ["e", "t", "r", "c"], ["", "0", "0", "0"]),
