@@ -161,9 +161,14 @@ def test_commit_refuses_request_groups_that_do_not_add_up_before_any_write(redis
         new = [url_request(f"http://example.com/{i}") for i in (1, 2, 3)]
         call = CommitCall(keys, f.guard, "", f.max_attempts, 0, new)
         kk, args = call.build(None)
-        assert args[9:11] == [1, 14]  # one group, its queue right after the 13 fixed KEYS
-        assert kk[15:18] == [keys.seen_bucket(r.bucket) for r in new]
-        for at, value in ((14, 2), (14, 4), (14, "x"), (10, len(kk) - 1), (9, "nan")):
+        # one group, its queue (priority 0's LIST alone) right after the 13 fixed KEYS
+        # and its seen buckets right after it; its lane and spec (3 requests x 4 + the
+        # FIFO order's 0)
+        assert args[9:14] == [1, 14, 15, "", 3 * 4]
+        assert kk[14:17] == [keys.seen_bucket(r.bucket) for r in new]
+        for at, value in ((13, 2 * 4), (13, 4 * 4), (13, "x"), (13, -4), (13, "12 x"),
+                          (13, 3 * 4 + 2), (13, "12 5"), (11, 16), (10, len(kk) - 1),
+                          (9, "nan")):
             bad = list(args)
             bad[at] = value
             with pytest.raises(redis.exceptions.ResponseError) as info:

@@ -10,9 +10,13 @@ from typing import Any, ClassVar
 
 from .envelope import Envelope
 from .guard import Guard
-from .keys import CrawlKeys, ExtraKeys, tier_code
+from .keys import P0, CrawlKeys, ExtraKeys, tier_code
 from .model import REASON_CHARS, CommitResult, Failure, NewRequest, Revisit, is_start
 from .reply import Reader, fixed_keys
+
+#: A request group's queue order in its spec (lua/lib_enqueue.lua: count x 4 + this,
+#: then a space and the priority when that is not 0)
+GROUP_ORDERS = {"F": 0, "L": 1, "S": 2, "T": 3}
 
 
 def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
@@ -20,9 +24,10 @@ def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
     """The ARGV of new requests (lua/lib_enqueue.lua), their KEYS added to ``extra``
     (the seen buckets of generation ``gen``, None: no expiry), and the order they are
     sent in (indexes into ``enqueue``; the script's results come in that order): what
-    requests share (lane, priority, order) once per group with their count, then two
-    fields a request, group after group; in KEYS the groups' queues, then the requests'
-    seen buckets, in the same order.
+    requests share (lane, priority, order) once per group with their count (a lane and
+    a spec, the priority after it when not 0), then two fields a request, group after
+    group; in KEYS the groups' queues (a tier's LIST with the lane's tier index after
+    it, priority 0's LIST alone), then the requests' seen buckets, in the same order.
     The new requests' rids follow the order they are sent in."""
     groups: dict[tuple[str, int, str], list[int]] = {}
     # a fingerprint named again goes with its first request, after it: that one is
@@ -39,8 +44,13 @@ def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
     queues: list[str] = []
     seen: list[str] = []
     for (lane, priority, order), members in groups.items():
-        queues += extra.queue_keys(k, lane, tier_code(priority, is_start(order)))
-        specs += [priority, lane, order, len(members)]
+        code = tier_code(priority, is_start(order))
+        if code == P0:
+            queues.append(k.lane_fifo(lane))
+        else:
+            queues += extra.queue_keys(k, lane, code)
+        spec = len(members) * 4 + GROUP_ORDERS[order]
+        specs += [lane, f"{spec} {priority}" if priority else spec]
         for i in members:
             r = enqueue[i]
             if r.bucket is None:
@@ -50,8 +60,8 @@ def enqueue_args(k: CrawlKeys, extra: ExtraKeys, enqueue: Sequence[NewRequest],
                 seen += extra.seen_keys(k, r.bucket, gen)
         sent += members
     first_queue = extra.add(queues)
-    extra.add(seen)
-    return [len(groups), first_queue, *specs, *requests], sent
+    first_seen = extra.add(seen)
+    return [len(groups), first_queue, first_seen, *specs, *requests], sent
 
 
 def in_given_order(results: Sequence[Any], sent: Sequence[int]) -> list[Any]:

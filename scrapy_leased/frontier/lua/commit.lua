@@ -13,9 +13,9 @@
 -- KEYS[12] fleet_stats (HASH: the fleet's Scrapy stats, fleet/stats.py)
 -- KEYS[13] worker_acked (HASH worker id -> requests it acked: ARGV[9]'s count goes up by
 --          this call's acks of held leases, one HINCRBY per call)
--- KEYS[14..] queue LISTs (each followed by its lane's tier index: lib_settle.lua
---           lane_queue), by index below, and the new requests' seen buckets (SETs of
---           64-bit integers; lib_enqueue.lua)
+-- KEYS[14..] queue LISTs, by index below (a failed claim's followed by its lane's tier
+--           index: lib_settle.lua lane_queue; the new requests': lib_enqueue.lua), and
+--           the new requests' seen buckets (SETs of 64-bit integers; lib_enqueue.lua)
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's commit
 -- call key)
 -- ARGV[1] n_enqueue  ARGV[2] n_ack  ARGV[3] n_fail  ARGV[4] max_attempts
@@ -66,7 +66,7 @@ end
 local groups, enqueue_error = enqueue_groups('commit', 10, tonumber(ARGV[1]),
   tonumber(ARGV[5]))
 if enqueue_error then return enqueue_error end
-local drop_at = 10 + enqueue_args_len(10, tonumber(ARGV[1])) + 2 * tonumber(ARGV[2])
+local drop_at = groups.after + 2 * tonumber(ARGV[2])
   + 7 * tonumber(ARGV[3]) + 5 * tonumber(ARGV[7]) + 3 * tonumber(ARGV[8])
 local drops = {}
 if drop_at <= #ARGV - 4 then
@@ -91,7 +91,7 @@ if gen_error then return gen_error end
 local keys = {lanes = KEYS[1], todo = KEYS[2], stats = KEYS[3], dead = KEYS[7]}
 local n_enq, n_ack, n_fail = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_attempts = tonumber(ARGV[4])
-local fail_at = 10 + enqueue_args_len(10, n_enq) + 2 * n_ack
+local fail_at = groups.after + 2 * n_ack
 for a = fail_at - 2 * n_ack, fail_at - 1, 2 do
   if not tonumber(ARGV[a + 1]) then
     return redis.error_reply('commit: the rid of claim ' .. ARGV[a] .. ' must be a number, not '
@@ -131,7 +131,7 @@ local stats_at = revisit_at + 5 * tonumber(ARGV[7])
 for i = revisit_at, stats_at - 1, 5 do
   revisit_of[ARGV[i]] = {ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 1]) or 0}
 end
-local a = enqueue_new(keys, g, 10, groups, out, ttl, gen)
+local a = enqueue_new(keys, g, groups, out, ttl, gen)
 -- never fails (lib_stats.lua): a value refused is skipped and counted, the rest applied
 local stats_refused = apply_stats(KEYS[12], stats_at, stats_at + 3 * tonumber(ARGV[8]) - 1)
 if stats_refused > 0 then redis.call('HINCRBY', KEYS[3], 'stats_refused', stats_refused) end

@@ -7,8 +7,7 @@
 -- is queued once.
 -- KEYS[1] lanes  KEYS[2] todo  KEYS[3] stats  KEYS[4] dead
 -- KEYS[5] feed_taken  KEYS[6] feed_deadlines
--- KEYS[7..] queue LISTs (each followed by its lane's tier index: lib_settle.lua
--- lane_queue), by index below, and the new requests' seen buckets (lib_enqueue.lua)
+-- KEYS[7..] the new requests' queue LISTs and seen buckets (lib_enqueue.lua)
 -- then the guard's four KEYS (lib_guard.lua: epoch, tokens, rids, this worker's feed
 -- call key)
 -- ARGV[1] worker id  ARGV[2] n_enqueue  ARGV[3] n_bad  ARGV[4] the seen set's expiry
@@ -40,7 +39,7 @@ local worker, n_enq, n_bad = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local held = redis.call('HGET', KEYS[5], worker)
 if not held or string.match(held, '^(%d+) ') ~= ARGV[6] then return guard_reply(g, {0}) end
 local out = {1}
-local a = enqueue_new(keys, g, 7, groups, out, ttl, gen)
+local a = enqueue_new(keys, g, groups, out, ttl, gen)
 if n_bad > 0 then
   local now, new = server_ms(), 0
   for _ = 1, n_bad do

@@ -21,74 +21,94 @@ local function seen_gen_error(ttl, gen)
   return nil
 end
 
--- The new requests' ARGV (enqueue_new), from a: {g, kq, then g groups x {priority,
--- lane, queue order code (lib_settle.lua: L, F, S or T), count}, then the requests,
--- group after group (count each, in the groups' order), x {member ('' for a request
--- that is not deduplicated), payload}}. KEYS from kq on: each group's LIST of its tier
--- in its lane followed by the lane's tier index (lib_settle.lua lane_queue), in the
--- groups' order, then the seen buckets, one per deduplicated request in the order
--- sent (with an expiry two: the current generation's SET, then the previous one's).
--- What requests share (lane, priority, order) is sent once per group, and where their
--- keys are by their order: an argument costs Redis about as much as a short command
--- (parsed, then made a Lua string), a number in it a tonumber more.
--- enqueue_args_len: how many ARGV that is.
-local function enqueue_args_len(a, n)
-  return 2 + 4 * tonumber(ARGV[a]) + 2 * n
-end
+-- The new requests' ARGV (enqueue_new), from a: {g, kq, kb, then g groups x {lane,
+-- spec}, then the requests, group after group (count each, in the groups' order),
+-- x {member ('' for a request that is not deduplicated), payload}}. A group's spec is
+-- count x 4 + its queue order (0 F, 1 L, 2 S, 3 T: lib_settle.lua's codes), a number,
+-- followed by a space and the group's priority when that is not 0. KEYS from kq on:
+-- each group's LIST of its tier in its lane (lib_settle.lua lane_queue), followed by
+-- the lane's tier index only when the group's tier is not p0 (a start order or a
+-- priority), in the groups' order; then from kb the seen buckets, one per
+-- deduplicated request in the order sent (with an expiry two: the current
+-- generation's SET, then the previous one's).
+-- What requests share (lane, priority, order) is sent once per group, in two
+-- arguments, with one key for most groups (regular requests of priority 0): an
+-- argument costs Redis about as much as a short command (parsed, then made a Lua
+-- string), a number in it a tonumber more.
+local GROUP_ORDERS = {'F', 'L', 'S', 'T'}
+local GROUP_WIDTH = 5
 
 -- The groups of the new requests' ARGV from a (above), read once, before any write:
--- {{priority, index in KEYS of its queue, lane, order, count}..., kb = index in KEYS of
--- the first seen bucket}, or nil and an error reply when their counts do not add up to
--- n (that would shift every argument after them) or a queue or a seen bucket is not in
--- KEYS (a SADD would stop the script after those before it: URLs marked seen, never
--- queued).
+-- {priority, index in KEYS of its queue, lane, order, count, ... (GROUP_WIDTH values a
+-- group, one table for all: a table each costs an allocation and the collector's work
+-- on it), n = the number of groups, kb = index in KEYS of the first seen bucket,
+-- first = index in ARGV of the first request, after = of the argument after the
+-- last}, or nil and an error reply when a spec is not one, the
+-- counts do not add up to n (that would shift every argument after them) or the queues
+-- do not end at kb or a seen bucket is not in KEYS (a SADD to the wrong key, or past
+-- KEYS, would stop the script after those before it: URLs marked seen, never queued).
 local function enqueue_groups(script, a, n, ttl)
-  local n_groups, kq = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  if not n_groups or not kq or n_groups < 0 or n_groups ~= math.floor(n_groups) or kq < 1
-      or kq ~= math.floor(kq) or kq + 2 * n_groups - 1 > #KEYS then
-    return nil, redis.error_reply(script .. ': ARGV[' .. a .. '], ARGV[' .. (a + 1) .. '] must '
-      .. 'be the number of request groups and the index in KEYS of their queues, not '
-      .. tostring(ARGV[a]) .. ', ' .. tostring(ARGV[a + 1]))
+  local n_groups, kq, kb = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  if not n_groups or not kq or not kb or n_groups < 0 or n_groups ~= math.floor(n_groups)
+      or kq < 1 or kq ~= math.floor(kq) then
+    return nil, redis.error_reply(script .. ': ARGV[' .. a .. '..' .. (a + 2) .. '] must be '
+      .. 'the number of request groups and the indexes in KEYS of their queues and seen '
+      .. 'buckets, not ' .. tostring(ARGV[a]) .. ', ' .. tostring(ARGV[a + 1]) .. ', '
+      .. tostring(ARGV[a + 2]))
   end
-  local groups, total = {}, 0
-  for s = a + 2, a + 1 + 4 * n_groups, 4 do
-    local count = tonumber(ARGV[s + 3])
-    if not count or count < 0 or count ~= math.floor(count) then
-      return nil, redis.error_reply(script .. ': ARGV[' .. (s + 3) .. '] must be the count of '
-        .. 'a request group, not ' .. tostring(ARGV[s + 3]))
+  local groups, total, k = {}, 0, kq
+  local s, j = a + 3, 1
+  for _ = 1, n_groups do
+    local spec, priority = tonumber(ARGV[s + 1]), '0'
+    if not spec then
+      local head, p = string.match(ARGV[s + 1], '^(%d+) (%-?%d+)$')
+      spec, priority = tonumber(head), p
     end
-    groups[#groups + 1] = {ARGV[s], kq + 2 * #groups, ARGV[s + 1], ARGV[s + 2], count}
+    if not spec or spec ~= math.floor(spec) or spec < 0 then
+      return nil, redis.error_reply(script .. ': ARGV[' .. (s + 1) .. '] must be the spec of '
+        .. 'a request group (count x 4 + order[ priority]), not ' .. tostring(ARGV[s + 1]))
+    end
+    local order = spec % 4
+    local count = (spec - order) / 4
+    groups[j], groups[j + 1], groups[j + 2] = priority, k, ARGV[s]
+    groups[j + 3], groups[j + 4] = GROUP_ORDERS[order + 1], count
+    j = j + GROUP_WIDTH
     total = total + count
+    k = k + ((order >= 2 or priority ~= '0') and 2 or 1)
+    s = s + 2
   end
-  local kb = kq + 2 * n_groups
-  local first = a + 2 + 4 * n_groups
-  if total ~= n or first + 2 * total - 1 > #ARGV then
+  if k ~= kb then
+    return nil, redis.error_reply(script .. ': the queues of ' .. n_groups .. ' request groups '
+      .. 'from KEYS[' .. kq .. '] end at KEYS[' .. (k - 1) .. '], not before KEYS['
+      .. tostring(kb) .. ']')
+  end
+  if total ~= n or s + 2 * total - 1 > #ARGV then
     return nil, redis.error_reply(script .. ': the request groups hold ' .. total
       .. ' requests, not ' .. tostring(n) .. ', or ARGV ends before them')
   end
   local deduped = 0
-  for m = first, first + 2 * total - 2, 2 do
+  for m = s, s + 2 * total - 2, 2 do
     if ARGV[m] ~= '' then deduped = deduped + 1 end
   end
   if kb + (ttl > 0 and 2 or 1) * deduped - 1 > #KEYS then
     return nil, redis.error_reply(script .. ': the seen buckets of ' .. deduped .. ' requests '
       .. 'from KEYS[' .. kb .. '] are not all in KEYS')
   end
-  groups.kb = kb
+  groups.n, groups.kb, groups.first, groups.after = n_groups, kb, s, s + 2 * total
   return groups
 end
 
--- enqueue_new(keys, g, a, groups, out, ttl, gen): queue the new requests whose ARGV
--- start at a (above), in their groups (enqueue_groups). Each is deduplicated (SADD to its seen bucket) and pushed as ONE
+-- enqueue_new(keys, g, groups, out, ttl, gen): queue the new requests of the groups
+-- read by enqueue_groups (above). Each is deduplicated (SADD to its seen bucket) and pushed as ONE
 -- decision, with a new rid. Appends 1 (queued) or 0 (duplicate) per request to out;
 -- counts stats 'enqueued' and 'duplicates'. keys: {lanes, todo, stats}; g: the guard
 -- (lib_guard.lua); ttl, gen: the seen set's expiry (ms, 0: none) and the generation
--- checked by seen_gen_error. Returns the index of the next ARGV.
+-- checked by seen_gen_error. Returns the index of the next ARGV (groups.after).
 -- Per call, not per request: the new requests' rids are counted here and the rids key
 -- written once, before any of them is pushed (never below a rid in a queue, were the
 -- script to stop half-way); one push per group (in the order given), one ZADD NX
 -- of the lanes, one INCRBY of todo. As queue_push (lib_settle.lua) does for one request.
-local function enqueue_new(keys, g, a, groups, out, ttl, gen)
+local function enqueue_new(keys, g, groups, out, ttl, gen)
   local dups = 0
   local expire_at = (gen + 2) * ttl
   local kb, width = groups.kb, ttl > 0 and 2 or 1
@@ -99,13 +119,13 @@ local function enqueue_new(keys, g, a, groups, out, ttl, gen)
     redis.call('PEXPIREAT', KEYS[bucket], expire_at)
     return true
   end
-  local pushes, lanes, lane_set = {}, {}, {}
+  local pushes, lanes, lane_set = {}, {}, {}  -- pushes: {group's index, its envelopes}...
   local rid = g.last_rid
-  a = a + 2 + 4 * #groups  -- the requests
-  for _, group in ipairs(groups) do
-    local priority, lane = group[1], group[3]
+  local a = groups.first
+  for j = 1, groups.n * GROUP_WIDTH, GROUP_WIDTH do
+    local priority, lane = groups[j], groups[j + 2]
     local envs
-    for _ = 1, group[5] do
+    for _ = 1, groups[j + 4] do
       local new = true
       if ARGV[a] ~= '' then
         new = new_in_seen_set(kb, ARGV[a])
@@ -123,8 +143,8 @@ local function enqueue_new(keys, g, a, groups, out, ttl, gen)
       a = a + 2
     end
     if envs then
-      group.envs = envs
-      pushes[#pushes + 1] = group
+      pushes[#pushes + 1] = j
+      pushes[#pushes + 1] = envs
       if not lane_set[lane] then
         lane_set[lane] = true
         lanes[#lanes + 1] = '0'
@@ -136,14 +156,14 @@ local function enqueue_new(keys, g, a, groups, out, ttl, gen)
   if queued > 0 then
     g.last_rid = rid
     redis.call('SET', g.rids, int_str(rid))
-    for _, p in ipairs(pushes) do
-      local order, envs = p[4], p.envs
-      local q = lane_queue(p[2])
+    for i = 1, #pushes, 2 do
+      local j, envs = pushes[i], pushes[i + 1]
+      local priority, q, order = groups[j], groups[j + 1], groups[j + 3]
       local start = order == 'S' or order == 'T'
-      local pushed = redis.call((order == 'L' or order == 'T') and 'LPUSH' or 'RPUSH', q.l,
+      local pushed = redis.call((order == 'L' or order == 'T') and 'LPUSH' or 'RPUSH', KEYS[q],
         unpack(envs))
-      if pushed == #envs and (start or p[1] ~= '0') then
-        redis.call('ZADD', q.idx, tier_rank(p[1], start), tier_code(p[1], start))
+      if pushed == #envs and (start or priority ~= '0') then  -- its tier index: KEYS[q + 1]
+        redis.call('ZADD', KEYS[q + 1], tier_rank(priority, start), tier_code(priority, start))
       end
     end
     redis.call('ZADD', keys.lanes, 'NX', unpack(lanes))
