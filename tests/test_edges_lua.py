@@ -43,6 +43,7 @@ from scrapy_leased._redis.connection import make_client
 from scrapy_leased.fleet.stats import StatsFlusher, decode_fleet_stats
 from scrapy_leased.frontier import Budget
 from scrapy_leased.frontier.keys import CrawlKeys
+from scrapy_leased.frontier.model import NewRequest
 from scrapy_leased.frontier.run import RunMarker
 from scrapy_leased.frontier.scripts import as_str
 from scrapy_leased.ratelimit import LeasedRateMiddleware
@@ -177,8 +178,26 @@ def test_commit_refuses_request_groups_that_do_not_add_up_before_any_write(redis
             assert crawl_keys_state(r, keys) == before, (at, value)
         assert call.parse(f.guard.seen(await f._s["commit"](keys=kk, args=args))).queued == \
             [True] * 3
+        # requests not deduplicated among them (no seen bucket): with a seen bucket
+        # missing from KEYS, a count of those deduplicated is refused as well
+        mixed = [url_request("http://example.com/4"), NewRequest("not-deduplicated"),
+                 url_request("http://example.com/5"), priority_request(7)]
+        call = CommitCall(keys, f.guard, "", f.max_attempts, 0, mixed)
+        kk, args = call.build(None)
+        before = crawl_keys_state(r, keys)
+        with pytest.raises(redis.exceptions.ResponseError, match="seen buckets of 3"):
+            await f._s["commit"](keys=kk[:-5] + kk[-4:], args=args)
+        assert crawl_keys_state(r, keys) == before
+        assert call.parse(f.guard.seen(await f._s["commit"](keys=kk, args=args))).queued == \
+            [True] * 4
 
     run(redis_server, crawl_id, body)
+
+
+def priority_request(priority: int) -> NewRequest:
+    """A deduplicated request of another priority than 0 (its group's spec carries it)."""
+    r = url_request(f"http://example.com/p{priority}")
+    return NewRequest(r.payload, priority, r.bucket, r.member)
 
 
 @pytest.mark.parametrize("which", ["feed", "feed_taken", "feed_deadlines"])

@@ -45,8 +45,9 @@ local GROUP_WIDTH = 5
 -- first = index in ARGV of the first request, after = of the argument after the
 -- last}, or nil and an error reply when a spec is not one, the
 -- counts do not add up to n (that would shift every argument after them) or the queues
--- do not end at kb or a seen bucket is not in KEYS (a SADD to the wrong key, or past
--- KEYS, would stop the script after those before it: URLs marked seen, never queued).
+-- do not end at kb or a seen bucket is not in KEYS before the guard's (a SADD to the
+-- wrong key, or past KEYS, would stop the script after those before it: URLs marked
+-- seen, never queued).
 local function enqueue_groups(script, a, n, ttl)
   local n_groups, kq, kb = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   if not n_groups or not kq or not kb or n_groups < 0 or n_groups ~= math.floor(n_groups)
@@ -64,7 +65,7 @@ local function enqueue_groups(script, a, n, ttl)
       local head, p = string.match(ARGV[s + 1], '^(%d+) (%-?%d+)$')
       spec, priority = tonumber(head), p
     end
-    if not spec or spec ~= math.floor(spec) or spec < 0 then
+    if not spec or spec % 1 ~= 0 or spec < 0 then  -- (% 1: no C call; nan fails too)
       return nil, redis.error_reply(script .. ': ARGV[' .. (s + 1) .. '] must be the spec of '
         .. 'a request group (count x 4 + order[ priority]), not ' .. tostring(ARGV[s + 1]))
     end
@@ -86,11 +87,17 @@ local function enqueue_groups(script, a, n, ttl)
     return nil, redis.error_reply(script .. ': the request groups hold ' .. total
       .. ' requests, not ' .. tostring(n) .. ', or ARGV ends before them')
   end
-  local deduped = 0
-  for m = s, s + 2 * total - 2, 2 do
-    if ARGV[m] ~= '' then deduped = deduped + 1 end
+  -- the seen buckets end before the guard's KEYS (lib_guard.lua); KEYS for every
+  -- request's seen buckets are enough for those deduplicated: only when there are fewer
+  -- (some requests are not deduplicated) are these counted
+  local width, deduped, last = ttl > 0 and 2 or 1, total, #KEYS - GUARD_KEYS
+  if kb + width * total - 1 > last then
+    deduped = 0
+    for m = s, s + 2 * total - 2, 2 do
+      if ARGV[m] ~= '' then deduped = deduped + 1 end
+    end
   end
-  if kb + (ttl > 0 and 2 or 1) * deduped - 1 > #KEYS then
+  if kb + width * deduped - 1 > last then
     return nil, redis.error_reply(script .. ': the seen buckets of ' .. deduped .. ' requests '
       .. 'from KEYS[' .. kb .. '] are not all in KEYS')
   end
