@@ -67,6 +67,11 @@ def test_a_worker_frozen_past_its_lease_cannot_overwrite_the_newer_record(
     a = start_worker(redis_server.url, crawl_id, url, name="A", settings=settings,
                      args={"slow_path": "/p/0", "slow_seconds": 10})
     a.wait_until(lambda: site.count_by_path().get("/p/0", 0) >= 1, 60, what="A fetching /p/0")
+    # and done seeding (its start() exhausted, the run marked seeded): frozen before
+    # that, A would look to B like a seeder that died, and B would run start() again,
+    # a second (dont_filter) copy of /p/0, fetched a third time
+    r, run_key = redis_server.client(), CrawlKeys(crawl_id).run
+    a.wait_until(lambda: r.get(run_key) == b"seeded", 60, what="A marking the run seeded")
     a.sigstop()
 
     b = start_worker(redis_server.url, crawl_id, url, name="B", settings=settings)
